@@ -1,0 +1,108 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { AppEntitlements } from "../../gen/svc/api/app/v1/app_entitlement_pb.js";
+import { listingFingerprint, paginate } from "../pagination/index.js";
+import { newId } from "../store/ids.js";
+import { notFound, requireField } from "./errors.js";
+import { appEntitlementMessage } from "./resource-messages.js";
+import type { ServiceContext } from "./service-context.js";
+import { fieldsToWrite } from "./update-mask.js";
+
+/** A slug derived from the display name when none is given: "Billing Admin" -> "billing-admin". */
+function slugify(displayName: string): string {
+  return displayName
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, "-")
+    .replace(/^-+|-+$/g, "");
+}
+
+export function appEntitlementsService({
+  store,
+  clock,
+  pageTokens,
+}: ServiceContext): ServiceImpl<typeof AppEntitlements> {
+  const requireApp = (appId: string) => {
+    if (store.apps.get(appId) === undefined) throw notFound("app", appId);
+  };
+  const getOrThrow = (appId: string, id: string) => {
+    requireApp(appId);
+    const entitlement = store.appEntitlements.get(appId, id);
+    if (entitlement === undefined) throw notFound("app entitlement", id);
+    return entitlement;
+  };
+
+  return {
+    create(req) {
+      const appId = requireField(req.appId, "appId");
+      const displayName = requireField(req.displayName, "displayName");
+      return store.transaction(() => {
+        requireApp(appId);
+        const now = clock.now();
+        const entitlement = {
+          id: newId(),
+          appId,
+          displayName,
+          description: req.description,
+          slug: req.slug !== "" ? req.slug : slugify(displayName),
+          createdAt: now,
+          updatedAt: now,
+        };
+        store.appEntitlements.insert(entitlement);
+        return { appEntitlement: appEntitlementMessage(entitlement) };
+      });
+    },
+
+    get(req) {
+      const entitlement = getOrThrow(requireField(req.appId, "appId"), requireField(req.id, "id"));
+      return { appEntitlement: appEntitlementMessage(entitlement) };
+    },
+
+    list(req) {
+      const appId = requireField(req.appId, "appId");
+      requireApp(appId);
+      const page = paginate(
+        pageTokens,
+        listingFingerprint("app_entitlements", appId),
+        req,
+        (after, limit) => store.appEntitlements.listAfter(appId, after, limit),
+      );
+      return {
+        list: page.items.map((e) => ({ appEntitlement: appEntitlementMessage(e) })),
+        nextPageToken: page.nextPageToken,
+      };
+    },
+
+    update(req) {
+      const given = req.appEntitlement;
+      const appId = requireField(given?.appId, "appEntitlement.appId");
+      const id = requireField(given?.id, "appEntitlement.id");
+      return store.transaction(() => {
+        const entitlement = getOrThrow(appId, id);
+        const write = fieldsToWrite(
+          req.updateMask,
+          { displayName: "display_name", description: "description", slug: "slug" },
+          {
+            displayName: given?.displayName ?? "",
+            description: given?.description ?? "",
+            slug: given?.slug ?? "",
+          },
+        );
+        if (write.has("displayName")) {
+          entitlement.displayName = requireField(given?.displayName, "appEntitlement.displayName");
+        }
+        if (write.has("description")) entitlement.description = given?.description ?? "";
+        if (write.has("slug")) entitlement.slug = given?.slug ?? "";
+        entitlement.updatedAt = clock.now();
+        store.appEntitlements.update(entitlement);
+        return { appEntitlement: appEntitlementMessage(entitlement) };
+      });
+    },
+
+    delete(req) {
+      const appId = requireField(req.appId, "appId");
+      const id = requireField(req.id, "id");
+      requireApp(appId);
+      if (!store.appEntitlements.delete(appId, id)) throw notFound("app entitlement", id);
+      return {};
+    },
+  };
+}

@@ -1,0 +1,20 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import { AppEntitlementOwners } from "../../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
+import { AppEntitlements } from "../../gen/svc/api/app/v1/app_entitlement_pb.js";
+import { Apps } from "../../gen/svc/api/app/v1/app_pb.js";
+import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
+import { appEntitlementOwnersService } from "./app-entitlement-owners-service.js";
+import { appEntitlementsService } from "./app-entitlements-service.js";
+import { appsService } from "./apps-service.js";
+import type { ServiceContext } from "./service-context.js";
+import { usersService } from "./users-service.js";
+
+export type { ServiceContext } from "./service-context.js";
+
+/** Registers every API service of the contract on the router. */
+export function registerApiServices(router: ConnectRouter, context: ServiceContext): void {
+  router.service(Apps, appsService(context));
+  router.service(AppEntitlements, appEntitlementsService(context));
+  router.service(AppEntitlementOwners, appEntitlementOwnersService(context));
+  router.service(Users, usersService(context));
+}

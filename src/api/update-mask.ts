@@ -1,0 +1,26 @@
+import type { FieldMask } from "@bufbuild/protobuf/wkt";
+import { invalidArgument } from "./errors.js";
+
+/**
+ * Which of a resource's writable fields an Update writes. With a mask, exactly the named fields
+ * (proto or JSON names); without one, every writable field the request set to a non-empty value.
+ */
+export function fieldsToWrite<K extends string>(
+  mask: FieldMask | undefined,
+  writable: Readonly<Record<K, string>>, // JSON name -> proto name
+  given: Readonly<Record<K, string>>,
+): Set<K> {
+  const names = Object.keys(writable) as K[];
+  if (mask === undefined || mask.paths.length === 0) {
+    return new Set(names.filter((name) => given[name] !== ""));
+  }
+  const chosen = new Set<K>();
+  for (const path of mask.paths) {
+    const name = names.find((n) => n === path || writable[n] === path);
+    if (name === undefined) {
+      throw invalidArgument(`updateMask names "${path}", which is not one of ${names.join(", ")}`);
+    }
+    chosen.add(name);
+  }
+  return chosen;
+}

@@ -1,0 +1,81 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
+import { listingFingerprint, paginate } from "../pagination/index.js";
+import { newId } from "../store/ids.js";
+import { invalidArgument, notFound, requireField } from "./errors.js";
+import { userMessage } from "./resource-messages.js";
+import type { ServiceContext } from "./service-context.js";
+import { fieldsToWrite } from "./update-mask.js";
+
+function checkEmail(email: string): string {
+  if (email !== "" && !/^[^\s@]+@[^\s@]+$/.test(email)) {
+    throw invalidArgument(`email ${JSON.stringify(email)} is not an email address`);
+  }
+  return email;
+}
+
+export function usersService({ store, clock, pageTokens }: ServiceContext): ServiceImpl<typeof Users> {
+  const getOrThrow = (id: string) => {
+    const user = store.users.get(id);
+    if (user === undefined) throw notFound("user", id);
+    return user;
+  };
+
+  return {
+    create(req) {
+      const displayName = requireField(req.displayName, "displayName");
+      const now = clock.now();
+      const user = {
+        id: newId(),
+        displayName,
+        email: checkEmail(req.email),
+        username: req.username,
+        createdAt: now,
+        updatedAt: now,
+      };
+      store.users.insert(user);
+      return { user: userMessage(user) };
+    },
+
+    get(req) {
+      return { user: userMessage(getOrThrow(requireField(req.id, "id"))) };
+    },
+
+    list(req) {
+      const page = paginate(pageTokens, listingFingerprint("users"), req, (after, limit) =>
+        store.users.listAfter(after, limit),
+      );
+      return { list: page.items.map(userMessage), nextPageToken: page.nextPageToken };
+    },
+
+    update(req) {
+      const given = req.user;
+      const id = requireField(given?.id, "user.id");
+      return store.transaction(() => {
+        const user = getOrThrow(id);
+        const write = fieldsToWrite(
+          req.updateMask,
+          { displayName: "display_name", email: "email", username: "username" },
+          { displayName: given?.displayName ?? "", email: given?.email ?? "", username: given?.username ?? "" },
+        );
+        if (write.has("displayName")) user.displayName = requireField(given?.displayName, "user.displayName");
+        if (write.has("email")) user.email = checkEmail(given?.email ?? "");
+        if (write.has("username")) user.username = given?.username ?? "";
+        user.updatedAt = clock.now();
+        store.users.update(user);
+        return { user: userMessage(user) };
+      });
+    },
+
+    search(req) {
+      const search = { query: req.query, email: req.email };
+      const page = paginate(
+        pageTokens,
+        listingFingerprint("users_search", search.query, search.email),
+        req,
+        (after, limit) => store.users.searchAfter(search, after, limit),
+      );
+      return { list: page.items.map(userMessage), nextPageToken: page.nextPageToken };
+    },
+  };
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env node
+import { Command } from "commander";
+import { ConfigError, loadConfig } from "../config.js";
+import { createLogger } from "../logger.js";
+import { startAccessd } from "../main.js";
+
+const program = new Command()
+  .name("accessd")
+  .description("Access-management API: apps, entitlements, owners, users and webhook-triggered automations.");
+
+program
+  .command("serve", { isDefault: true })
+  .description("serve gRPC, Connect and REST on one port (configured by ACCESSD_* variables)")
+  .action(async () => {
+    const config = loadConfigOrExit();
+    const log = createLogger(config.logLevel);
+    const accessd = await startAccessd(config, log);
+    const stop = (signal: string) => {
+      log.info({ signal }, "shutting down");
+      accessd.close().then(
+        () => process.exit(0),
+        (e: unknown) => {
+          log.error({ err: e }, "shutdown failed");
+          process.exit(1);
+        },
+      );
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+
+function loadConfigOrExit() {
+  try {
+    return loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`accessd: invalid configuration: ${e.message}\n`);
+      process.exit(2);
+    }
+    throw e;
+  }
+}
+
+program.parseAsync().catch((e: unknown) => {
+  process.stderr.write(`accessd: ${e instanceof Error ? e.message : String(e)}\n`);
+  process.exit(1);
+});

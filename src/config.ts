@@ -1,0 +1,127 @@
+import { isIP } from "node:net";
+
+/** Every ACCESSD_* variable, parsed and validated once at start. */
+export interface Config {
+  host: string;
+  port: number;
+  /** SQLite file path, or ":memory:". */
+  database: string;
+  /** The tenant base URL: JWT `sub` of webhook tokens, prefix of endpoint URLs, token issuer. */
+  baseUrl: string;
+  logLevel: LogLevel;
+  /** Largest request body accepted by API operations (not webhooks, which have their own 64 KB cap). */
+  apiMaxBodyBytes: number;
+  /** Connections idle or still sending a request after this long are cut. */
+  requestTimeoutMs: number;
+}
+
+export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+
+/** A bad value: the message names the variable, and `main` prints it as one line. */
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    reason: string,
+  ) {
+    super(`${variable}: ${reason}`);
+    this.name = "ConfigError";
+  }
+}
+
+export const configDefaults: Config = {
+  host: "127.0.0.1",
+  port: 8080,
+  database: "./data/accessd.db",
+  baseUrl: "http://localhost:8080",
+  logLevel: "info",
+  apiMaxBodyBytes: 1024 * 1024,
+  requestTimeoutMs: 30_000,
+};
+
+type Env = Record<string, string | undefined>;
+
+export function loadConfig(env: Env = process.env): Config {
+  return {
+    host: parseHost(env, "ACCESSD_HOST") ?? configDefaults.host,
+    port: parseInteger(env, "ACCESSD_PORT", 0, 65535) ?? configDefaults.port,
+    database: parseNonEmpty(env, "ACCESSD_DATABASE") ?? configDefaults.database,
+    baseUrl: parseBaseUrl(env, "ACCESSD_BASE_URL") ?? configDefaults.baseUrl,
+    logLevel: parseLogLevel(env, "ACCESSD_LOG_LEVEL") ?? configDefaults.logLevel,
+    apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
+    requestTimeoutMs:
+      parseDuration(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
+  };
+}
+
+function read(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === "" ? undefined : value;
+}
+
+function parseNonEmpty(env: Env, name: string): string | undefined {
+  const value = read(env, name);
+  if (value !== undefined && value.trim() === "") throw new ConfigError(name, "must not be blank");
+  return value;
+}
+
+function parseHost(env: Env, name: string): string | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  if (isIP(value) === 0 && !/^[a-zA-Z0-9.-]+$/.test(value)) {
+    throw new ConfigError(name, `"${value}" is not an IP address or host name`);
+  }
+  return value;
+}
+
+export function parseInteger(env: Env, name: string, min: number, max: number): number | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  if (!/^\d+$/.test(value)) throw new ConfigError(name, `"${value}" is not a whole number`);
+  const n = Number(value);
+  if (n < min || n > max) throw new ConfigError(name, `${n} is outside ${min}..${max}`);
+  return n;
+}
+
+function parseBaseUrl(env: Env, name: string): string | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigError(name, `"${value}" is not an absolute URL`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new ConfigError(name, `"${value}" must be an http or https URL`);
+  }
+  if (url.search !== "" || url.hash !== "") {
+    throw new ConfigError(name, `"${value}" must not carry a query or fragment`);
+  }
+  return value.replace(/\/+$/, "");
+}
+
+const logLevels: readonly LogLevel[] = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+
+function parseLogLevel(env: Env, name: string): LogLevel | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  const level = logLevels.find((l) => l === value);
+  if (level === undefined) throw new ConfigError(name, `"${value}" is not one of ${logLevels.join(", ")}`);
+  return level;
+}
+
+const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** Durations are written `500ms`, `30s`, `15m`, `1h`, `7d`; the result is in milliseconds. */
+export function parseDuration(env: Env, name: string): number | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(value);
+  const unit = match?.[2];
+  if (match === null || unit === undefined) {
+    throw new ConfigError(name, `"${value}" is not a duration such as 30s, 15m, 1h or 7d`);
+  }
+  const ms = Number(match[1]) * (durationUnits[unit] ?? 1);
+  if (ms <= 0) throw new ConfigError(name, "must be longer than zero");
+  return ms;
+}

@@ -1,0 +1,66 @@
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
+import type { Logger } from "../logger.js";
+import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
+import { requestFactsKey, type RequestFacts } from "./request-context.js";
+
+export interface ConnectHandlersOptions {
+  interceptors: Interceptor[];
+  maxBodyBytes: number;
+  routes: (router: ConnectRouter) => void;
+  log: Logger;
+}
+
+/**
+ * The Connect router's universal handlers (gRPC, gRPC-Web and Connect for every registered RPC),
+ * indexed by request path, plus the Node glue that serves them.
+ */
+export class ConnectHandlers {
+  readonly handlers: readonly UniversalHandler[];
+  private readonly byPath: Map<string, UniversalHandler>;
+
+  constructor(private readonly options: ConnectHandlersOptions) {
+    const router = createConnectRouter({
+      interceptors: options.interceptors,
+      readMaxBytes: options.maxBodyBytes,
+      acceptCompression: [compressionGzip, compressionBrotli],
+      // An unknown JSON field is a 400 that names it: silently dropping `userID` hides typos.
+      jsonOptions: { ignoreUnknownFields: false },
+    });
+    options.routes(router);
+    this.handlers = router.handlers;
+    this.byPath = new Map(router.handlers.map((h) => [h.requestPath, h]));
+  }
+
+  /** True when the path names an RPC (`/package.Service/Method`). */
+  has(path: string): boolean {
+    return this.byPath.has(path);
+  }
+
+  async handle(req: NodeRequest, res: NodeResponse, path: string, facts: RequestFacts): Promise<void> {
+    const handler = this.byPath.get(path);
+    if (handler === undefined) {
+      writeJsonError(res, Code.NotFound, `no procedure ${path}`);
+      return;
+    }
+    const uReq = universalRequestFromNodeRequest(
+      req,
+      res,
+      undefined,
+      createContextValues().set(requestFactsKey, facts),
+    );
+    try {
+      const uRes = await handler(uReq);
+      await universalResponseToNodeResponse(uRes, res);
+    } catch (e) {
+      if (ConnectError.from(e).code === Code.Aborted) return; // the client went away
+      this.options.log.error({ err: e, procedure: path }, "writing the response failed");
+    }
+  }
+}

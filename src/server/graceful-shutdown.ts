@@ -1,0 +1,69 @@
+import type { Socket } from "node:net";
+import type { Http2Session } from "node:http2";
+import type { Server } from "node:net";
+import type { NodeRequest, NodeResponse } from "./json-error.js";
+
+/**
+ * Tracks connections and in-flight requests so that shutdown can stop accepting, let running
+ * requests finish, and then close every connection (HTTP/1.1 idle keep-alives at once, HTTP/2
+ * sessions with GOAWAY), destroying stragglers after a deadline.
+ */
+export class ConnectionTracker {
+  private readonly sockets = new Map<Socket, number>(); // HTTP/1.1 socket -> requests in flight
+  private readonly sessions = new Set<Http2Session>();
+  private inFlight = 0;
+  private draining = false;
+  private drained: (() => void) | undefined;
+
+  constructor(server: Server) {
+    server.on("connection", (socket: Socket) => {
+      this.sockets.set(socket, 0);
+      socket.once("close", () => this.sockets.delete(socket));
+    });
+    server.on("session", (session: Http2Session) => {
+      this.sessions.add(session);
+      session.once("close", () => this.sessions.delete(session));
+      if (this.draining) session.close();
+    });
+  }
+
+  get shuttingDown(): boolean {
+    return this.draining;
+  }
+
+  /** Call at the start of every request; the request counts as in flight until its response closes. */
+  track(req: NodeRequest, res: NodeResponse): void {
+    this.inFlight++;
+    const socket = req.httpVersionMajor === 1 ? (req.socket as Socket) : undefined;
+    if (socket !== undefined) this.sockets.set(socket, (this.sockets.get(socket) ?? 0) + 1);
+    if (this.draining && socket !== undefined) res.setHeader("connection", "close");
+    res.once("close", () => {
+      this.inFlight--;
+      if (socket !== undefined) {
+        const left = (this.sockets.get(socket) ?? 1) - 1;
+        this.sockets.set(socket, left);
+        if (this.draining && left === 0) socket.end();
+      }
+      if (this.draining && this.inFlight === 0) this.drained?.();
+    });
+  }
+
+  /** Stops new work on open connections and resolves when in-flight requests are done or the deadline passes. */
+  async drain(deadlineMs: number): Promise<void> {
+    this.draining = true;
+    for (const [socket, active] of this.sockets) if (active === 0) socket.end();
+    for (const session of this.sessions) session.close();
+    if (this.inFlight > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, deadlineMs);
+        timer.unref();
+        this.drained = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+    for (const socket of this.sockets.keys()) socket.destroy();
+    for (const session of this.sessions) session.destroy();
+  }
+}

@@ -1,0 +1,110 @@
+import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import type { AddressInfo } from "node:net";
+import * as httpolyglot from "@httptoolkit/httpolyglot";
+import { Code } from "@connectrpc/connect";
+import type { Logger } from "../logger.js";
+import type { ConnectHandlers } from "./connect-handlers.js";
+import { ConnectionTracker } from "./graceful-shutdown.js";
+import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
+import { protocolOfContentType, type RequestFacts } from "./request-context.js";
+import type { RestTranscoder } from "./rest-transcoder.js";
+
+/** A route served outside Connect, on the raw request (webhooks, the token endpoint). */
+export interface RawRoute {
+  /** An exact path, or a prefix when it ends with "/". */
+  path: string;
+  handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void>;
+}
+
+export interface HttpServerOptions {
+  connect: ConnectHandlers;
+  rest: RestTranscoder;
+  rawRoutes: readonly RawRoute[];
+  /** Readiness: false answers /readyz with 503. */
+  ready: () => boolean;
+  log: Logger;
+  /** Cut a request still sending headers or body after this long. */
+  requestTimeoutMs: number;
+}
+
+/**
+ * One listening socket for every protocol: httpolyglot reads the first bytes of each connection
+ * and hands HTTP/2 (prior knowledge, as gRPC clients speak it) to an http2 server and anything
+ * else to an HTTP/1.1 server; both call the same dispatcher.
+ */
+export class HttpServer {
+  private readonly server: ReturnType<typeof httpolyglot.createServer>;
+  private readonly connections: ConnectionTracker;
+
+  constructor(private readonly options: HttpServerOptions) {
+    this.server = httpolyglot.createServer(
+      {
+        http: {
+          requestTimeout: options.requestTimeoutMs,
+          headersTimeout: Math.min(options.requestTimeoutMs, 10_000),
+          keepAliveTimeout: 5_000,
+        },
+      },
+      (req, res) => this.dispatch(req, res),
+    );
+    // Same dispatcher for HTTP/2 streams; httpolyglot wires `request` from both servers.
+    this.connections = new ConnectionTracker(this.server);
+  }
+
+  get shuttingDown(): boolean {
+    return this.connections.shuttingDown;
+  }
+
+  async listen(port: number, host: string): Promise<AddressInfo> {
+    this.server.listen(port, host);
+    await once(this.server, "listening");
+    return this.server.address() as AddressInfo;
+  }
+
+  /** Stop accepting, let in-flight requests finish (up to `deadlineMs`), close every connection. */
+  async close(deadlineMs = 10_000): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await this.connections.drain(deadlineMs);
+    await closed;
+  }
+
+  private dispatch(req: NodeRequest, res: NodeResponse): void {
+    this.connections.track(req, res);
+    const url = req.url ?? "/";
+    const queryStart = url.indexOf("?");
+    const path = queryStart === -1 ? url : url.slice(0, queryStart);
+    const given = req.headers["x-request-id"];
+    const requestId = typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
+    res.setHeader("x-request-id", requestId);
+    const facts: RequestFacts = {
+      requestId,
+      protocol: "rest",
+      peerAddress: req.socket.remoteAddress ?? "",
+    };
+    this.route(req, res, path, facts).catch((e: unknown) => {
+      this.options.log.error({ err: e, requestId, path }, "request failed");
+      writeJsonError(res, Code.Internal, "internal error");
+    });
+  }
+
+  private async route(req: NodeRequest, res: NodeResponse, path: string, facts: RequestFacts): Promise<void> {
+    const { connect, rest, rawRoutes } = this.options;
+    if (connect.has(path)) {
+      facts.protocol = protocolOfContentType(req.headers["content-type"]);
+      return connect.handle(req, res, path, facts);
+    }
+    for (const route of rawRoutes) {
+      if (route.path.endsWith("/") ? path.startsWith(route.path) : path === route.path) {
+        return route.handle(req, res, facts);
+      }
+    }
+    if (path === "/healthz") return writeJson(res, 200, { status: "ok" });
+    if (path === "/readyz") {
+      const ready = !this.shuttingDown && this.options.ready();
+      return writeJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not ready" });
+    }
+    if (path.startsWith("/api/")) return rest.handle(req, res, facts);
+    writeJsonError(res, Code.NotFound, `no route for ${path}`);
+  }
+}

@@ -1,0 +1,90 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+export type NodeRequest = IncomingMessage | Http2ServerRequest;
+export type NodeResponse = ServerResponse | Http2ServerResponse;
+
+/** Connect's code names, as they appear in the JSON error shape. */
+const codeNames: Record<Code, string> = {
+  [Code.Canceled]: "canceled",
+  [Code.Unknown]: "unknown",
+  [Code.InvalidArgument]: "invalid_argument",
+  [Code.DeadlineExceeded]: "deadline_exceeded",
+  [Code.NotFound]: "not_found",
+  [Code.AlreadyExists]: "already_exists",
+  [Code.PermissionDenied]: "permission_denied",
+  [Code.ResourceExhausted]: "resource_exhausted",
+  [Code.FailedPrecondition]: "failed_precondition",
+  [Code.Aborted]: "aborted",
+  [Code.OutOfRange]: "out_of_range",
+  [Code.Unimplemented]: "unimplemented",
+  [Code.Internal]: "internal",
+  [Code.Unavailable]: "unavailable",
+  [Code.DataLoss]: "data_loss",
+  [Code.Unauthenticated]: "unauthenticated",
+};
+
+/** The HTTP status Connect uses for each code (connectrpc.com/docs/protocol#error-codes). */
+const codeStatus: Record<Code, number> = {
+  [Code.Canceled]: 499,
+  [Code.Unknown]: 500,
+  [Code.InvalidArgument]: 400,
+  [Code.DeadlineExceeded]: 504,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.PermissionDenied]: 403,
+  [Code.ResourceExhausted]: 429,
+  [Code.FailedPrecondition]: 400,
+  [Code.Aborted]: 409,
+  [Code.OutOfRange]: 400,
+  [Code.Unimplemented]: 501,
+  [Code.Internal]: 500,
+  [Code.Unavailable]: 503,
+  [Code.DataLoss]: 500,
+  [Code.Unauthenticated]: 401,
+};
+
+export function codeName(code: Code): string {
+  return codeNames[code];
+}
+
+export function httpStatusOf(code: Code): number {
+  return codeStatus[code];
+}
+
+/**
+ * Writes Connect's JSON error shape, `{"code": "...", "message": "..."}`. The status defaults to
+ * the one Connect pairs with the code; routes outside Connect (REST 405/413/415, webhooks) pass
+ * their own.
+ */
+export function writeJsonError(
+  res: NodeResponse,
+  code: Code,
+  message: string,
+  status: number = httpStatusOf(code),
+  headers: Record<string, string> = {},
+): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = JSON.stringify({ code: codeNames[code], message });
+  res.writeHead(status, {
+    ...headers,
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+export function writeConnectError(res: NodeResponse, error: unknown): void {
+  const e = ConnectError.from(error);
+  writeJsonError(res, e.code, e.rawMessage);
+}
+
+export function writeJson(res: NodeResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.end(body);
+}

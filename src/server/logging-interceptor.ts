@@ -1,0 +1,37 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Logger } from "../logger.js";
+import { codeName } from "./json-error.js";
+import { requestFactsKey } from "./request-context.js";
+
+/**
+ * One log line per operation, on every protocol: procedure, protocol, outcome, duration.
+ * Never the message bodies: they can carry personal data.
+ */
+export function loggingInterceptor(log: Logger): Interceptor {
+  return (next) => async (req) => {
+    const started = performance.now();
+    const facts = req.contextValues.get(requestFactsKey);
+    const fields = {
+      requestId: facts.requestId,
+      protocol: facts.protocol,
+      procedure: `${req.service.typeName}.${req.method.name}`,
+    };
+    try {
+      const res = await next(req);
+      log.info({ ...fields, code: "ok", durationMs: elapsed(started) }, "rpc");
+      return res;
+    } catch (e) {
+      const error = ConnectError.from(e);
+      const level = error.code === Code.Internal || error.code === Code.Unknown ? "error" : "info";
+      log[level](
+        { ...fields, code: codeName(error.code), durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) },
+        "rpc",
+      );
+      throw e;
+    }
+  };
+}
+
+function elapsed(started: number): number {
+  return Math.round((performance.now() - started) * 100) / 100;
+}

@@ -1,0 +1,302 @@
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import {
+  ScalarType,
+  type DescField,
+  type DescMessage,
+  type DescMethod,
+  type JsonObject,
+  type JsonValue,
+  getOption,
+} from "@bufbuild/protobuf";
+import { Code, createContextValues } from "@connectrpc/connect";
+import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import type { HttpRule } from "../../gen/google/api/http_pb.js";
+import { http } from "../../gen/google/api/annotations_pb.js";
+import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
+import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
+import { BodyTooLargeError, readBody } from "./read-body.js";
+import { requestFactsKey, type RequestFacts } from "./request-context.js";
+
+/** One REST route, derived from an RPC's `google.api.http` option. */
+interface RestRoute {
+  httpMethod: string;
+  template: PathTemplate;
+  /** "*" (whole message from the body) or "" (no body). */
+  body: string;
+  rpc: DescMethod;
+  handler: UniversalHandler;
+  /** Fields bound by the path: they cannot also come from the query. */
+  pathFields: Set<string>;
+}
+
+export interface RestTranscoderOptions {
+  /** Largest request body accepted. */
+  maxBodyBytes: number;
+}
+
+/**
+ * Serves the REST surface (`/api/v1/...`) by translating each request into a Connect unary call
+ * on the very handler that serves gRPC and Connect, so interceptors, validation and errors are
+ * shared by all protocols. The routes come from the descriptors' `google.api.http` options; no
+ * route is written by hand.
+ *
+ * The request message is assembled as proto3 JSON (body, then path variables, then query
+ * parameters) and handed to the handler already parsed, so it is decoded exactly once, by
+ * protobuf-es, which refuses unknown fields and wrong types with invalid_argument (400).
+ */
+export class RestTranscoder {
+  private readonly routes: RestRoute[];
+
+  constructor(
+    handlers: readonly UniversalHandler[],
+    private readonly options: RestTranscoderOptions,
+  ) {
+    this.routes = handlers.flatMap((handler) => routesOf(handler));
+    // Most literal template first, so /api/v1/search/users beats /api/v1/users/{id}-like shapes.
+    this.routes.sort((a, b) => b.template.literalCount - a.template.literalCount);
+  }
+
+  /** Every route, for documentation and tests. */
+  get routeTable(): readonly { method: string; path: string; rpc: DescMethod }[] {
+    return this.routes.map((r) => ({ method: r.httpMethod, path: r.template.source, rpc: r.rpc }));
+  }
+
+  /**
+   * Handles the request when its path is a REST route; answers 404 for unknown paths and 405
+   * for a known path with another method.
+   */
+  async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
+    const url = req.url ?? "/";
+    const queryStart = url.indexOf("?");
+    const path = queryStart === -1 ? url : url.slice(0, queryStart);
+    const segments = path.slice(1).split("/");
+
+    let match: { route: RestRoute; bindings: PathBinding[] } | undefined;
+    const allowed = new Set<string>();
+    try {
+      for (const route of this.routes) {
+        const bindings = matchPathTemplate(route.template, segments);
+        if (bindings === undefined) continue;
+        allowed.add(route.httpMethod);
+        if (route.httpMethod === req.method) {
+          match = { route, bindings };
+          break;
+        }
+      }
+    } catch {
+      writeJsonError(res, Code.InvalidArgument, `path ${path} has a malformed percent-escape`);
+      return;
+    }
+    if (match === undefined) {
+      if (allowed.size === 0) {
+        writeJsonError(res, Code.NotFound, `no operation at ${req.method ?? ""} ${path}`);
+      } else {
+        const allow = [...allowed].join(", ");
+        writeJsonError(res, Code.Unimplemented, `${req.method ?? ""} is not allowed on ${path}; use ${allow}`, 405, {
+          allow,
+        });
+      }
+      return;
+    }
+
+    let message: JsonObject;
+    try {
+      message = await this.requestJson(req, match.route);
+      for (const binding of match.bindings) {
+        setField(message, match.route.rpc.input, binding.fieldPath, binding.value, "path");
+      }
+      if (queryStart !== -1) {
+        applyQuery(message, match.route, new URLSearchParams(url.slice(queryStart + 1)));
+      }
+    } catch (e) {
+      if (e instanceof BodyTooLargeError) {
+        writeJsonError(res, Code.ResourceExhausted, e.message, 413);
+      } else if (e instanceof RestRequestError) {
+        writeJsonError(res, Code.InvalidArgument, e.message, e.status);
+      } else {
+        throw e;
+      }
+      return;
+    }
+
+    const header = new Headers();
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (name.startsWith(":") || value === undefined) continue;
+      if (name === "content-length" || name === "content-encoding" || name === "transfer-encoding") continue;
+      header.set(name, Array.isArray(value) ? value.join(", ") : value);
+    }
+    header.set("content-type", "application/json");
+
+    const abort = new AbortController();
+    res.once("close", () => abort.abort());
+    const response = await match.route.handler({
+      httpVersion: req.httpVersion,
+      method: "POST",
+      url: `http://${req.headers.host ?? "localhost"}${match.route.handler.requestPath}`,
+      header,
+      body: message,
+      signal: abort.signal,
+      contextValues: createContextValues().set(requestFactsKey, facts),
+    });
+    await universalResponseToNodeResponse(response, res);
+  }
+
+  private async requestJson(req: NodeRequest, route: RestRoute): Promise<JsonObject> {
+    if (route.body === "") return {};
+    const encoding = req.headers["content-encoding"];
+    if (encoding !== undefined && encoding !== "identity") {
+      throw new RestRequestError(`Content-Encoding ${encoding} is not supported`, 415);
+    }
+    const contentType = req.headers["content-type"];
+    if (contentType !== undefined && !/^application\/([a-z.+-]*\+)?json\s*(;|$)/i.test(contentType)) {
+      throw new RestRequestError(`Content-Type must be application/json, not ${contentType}`, 415);
+    }
+    const bytes = await readBody(req, this.options.maxBodyBytes);
+    if (bytes.length === 0) return {};
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(bytes.toString("utf8"));
+    } catch (e) {
+      throw new RestRequestError(`request body is not valid JSON: ${(e as Error).message}`);
+    }
+    if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
+      throw new RestRequestError("request body must be a JSON object");
+    }
+    return parsed as JsonObject;
+  }
+}
+
+class RestRequestError extends Error {
+  constructor(
+    message: string,
+    readonly status = 400,
+  ) {
+    super(message);
+  }
+}
+
+function routesOf(handler: UniversalHandler): RestRoute[] {
+  const rule = getOption(handler.method, http);
+  return [rule, ...rule.additionalBindings].flatMap((r) => {
+    const verb = httpVerbOf(r);
+    if (verb === undefined) return [];
+    if (r.body !== "" && r.body !== "*") {
+      throw new Error(`${handler.method.parent.typeName}.${handler.method.name}: body "${r.body}" is not supported`);
+    }
+    const template = parsePathTemplate(verb.path);
+    const pathFields = new Set(
+      template.segments.flatMap((s) => ("fieldPath" in s ? [s.fieldPath.join(".")] : [])),
+    );
+    return [{ httpMethod: verb.method, template, body: r.body, rpc: handler.method, handler, pathFields }];
+  });
+}
+
+function httpVerbOf(rule: HttpRule): { method: string; path: string } | undefined {
+  switch (rule.pattern.case) {
+    case "get":
+    case "put":
+    case "post":
+    case "delete":
+    case "patch":
+      return { method: rule.pattern.case.toUpperCase(), path: rule.pattern.value };
+    case "custom":
+      return { method: rule.pattern.value.kind.toUpperCase(), path: rule.pattern.value.path };
+    default:
+      return undefined;
+  }
+}
+
+function findField(message: DescMessage, name: string): DescField | undefined {
+  return message.fields.find((f) => f.name === name || f.jsonName === name);
+}
+
+function applyQuery(message: JsonObject, route: RestRoute, query: URLSearchParams): void {
+  if (route.body === "*") {
+    if ([...query.keys()].length > 0) {
+      throw new RestRequestError(`${route.httpMethod} ${route.template.source} takes its fields in the body, not the query`);
+    }
+    return;
+  }
+  const grouped = new Map<string, string[]>();
+  for (const [name, value] of query) {
+    const values = grouped.get(name) ?? [];
+    values.push(value);
+    grouped.set(name, values);
+  }
+  for (const [name, values] of grouped) {
+    const fieldPath = name.split(".");
+    if (route.pathFields.has(protoPath(route.rpc.input, fieldPath))) {
+      throw new RestRequestError(`query parameter ${name} is already given by the path`);
+    }
+    setField(message, route.rpc.input, fieldPath, values, "query");
+  }
+}
+
+/** The dotted proto-name path of a (proto- or JSON-named) field path, for comparisons. */
+function protoPath(message: DescMessage, fieldPath: readonly string[]): string {
+  const names: string[] = [];
+  let current: DescMessage | undefined = message;
+  for (const part of fieldPath) {
+    const field: DescField | undefined = current === undefined ? undefined : findField(current, part);
+    names.push(field?.name ?? part);
+    current = field?.fieldKind === "message" ? field.message : undefined;
+  }
+  return names.join(".");
+}
+
+/** Sets the field at `fieldPath` in the proto3 JSON object, converting text to its JSON form. */
+function setField(
+  root: JsonObject,
+  message: DescMessage,
+  fieldPath: readonly string[],
+  raw: string | readonly string[],
+  source: "path" | "query",
+): void {
+  let target = root;
+  let descriptor = message;
+  const shown = fieldPath.join(".");
+  for (let i = 0; i < fieldPath.length; i++) {
+    const field = findField(descriptor, fieldPath[i] ?? "");
+    if (field === undefined) {
+      throw new RestRequestError(`unknown ${source} parameter ${shown}`);
+    }
+    if (i < fieldPath.length - 1) {
+      if (field.fieldKind !== "message") throw new RestRequestError(`${source} parameter ${shown} is not a message field`);
+      const next = target[field.jsonName];
+      const child: JsonObject = next !== null && typeof next === "object" && !Array.isArray(next) ? next : {};
+      target[field.jsonName] = child;
+      target = child;
+      descriptor = field.message;
+      continue;
+    }
+    const values = typeof raw === "string" ? [raw] : raw;
+    if (field.fieldKind === "list") {
+      if (field.listKind === "message") throw new RestRequestError(`${source} parameter ${shown} cannot be set from text`);
+      target[field.jsonName] = values.map((v) => textToJson(field.listKind === "enum" ? "enum" : field.scalar, v));
+      return;
+    }
+    if (values.length > 1) throw new RestRequestError(`${source} parameter ${shown} is given more than once`);
+    const value = values[0] ?? "";
+    if (field.fieldKind === "scalar") target[field.jsonName] = textToJson(field.scalar, value);
+    else if (field.fieldKind === "enum") target[field.jsonName] = textToJson("enum", value);
+    else if (field.fieldKind === "message" && field.message.typeName.startsWith("google.protobuf.")) {
+      // Well-known types whose JSON form is a string: Timestamp, Duration, FieldMask, wrappers.
+      target[field.jsonName] = value;
+    } else throw new RestRequestError(`${source} parameter ${shown} cannot be set from text`);
+    return;
+  }
+}
+
+/**
+ * Text from a URL -> the proto3 JSON value protobuf-es parses. Numbers stay strings (proto3 JSON
+ * accepts "25" for an int32, and the parser refuses "abc" with a message naming the field).
+ */
+function textToJson(type: ScalarType | "enum", text: string): JsonValue {
+  if (type === ScalarType.BOOL) {
+    if (text === "true" || text === "1") return true;
+    if (text === "false" || text === "0") return false;
+    return text;
+  }
+  if (type === "enum" && /^-?\d+$/.test(text)) return Number(text);
+  return text;
+}

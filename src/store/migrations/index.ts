@@ -1,0 +1,10 @@
+import { initialSchema } from "./001-initial-schema.js";
+
+/** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const migrations: readonly Migration[] = [initialSchema];

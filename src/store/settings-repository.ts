@@ -1,0 +1,25 @@
+import { randomBytes } from "node:crypto";
+import type { Database } from "./database.js";
+
+/** Small named values the service keeps across restarts (keys it generated for itself). */
+export class SettingsRepository {
+  private readonly select;
+  private readonly insert;
+
+  constructor(db: Database) {
+    this.select = db.prepare<[string], { value: Buffer }>("SELECT value FROM settings WHERE name = ?");
+    this.insert = db.prepare<[string, Buffer]>(
+      "INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+    );
+  }
+
+  /** The stored secret of that name, created with `bytes` random bytes on first use. */
+  secret(name: string, bytes = 32): Buffer {
+    const existing = this.select.get(name);
+    if (existing !== undefined) return existing.value;
+    this.insert.run(name, randomBytes(bytes));
+    const created = this.select.get(name);
+    if (created === undefined) throw new Error(`setting ${name} vanished after insert`);
+    return created.value;
+  }
+}
