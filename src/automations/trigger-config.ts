@@ -1,0 +1,53 @@
+/**
+ * An automation's trigger as the store keeps it. Shared by the automations module (which saves
+ * automations) and the webhooks module (which verifies requests against the listener).
+ */
+export type TriggerConfig = ManualTriggerConfig | WebhookTriggerConfig;
+
+export interface ManualTriggerConfig {
+  kind: "manual";
+}
+
+export type WebhookAuthMethod = "HMAC" | "JWT";
+
+export interface WebhookTriggerConfig {
+  kind: "webhook";
+  /** Random and unguessable (>= 128 bits, base64url); the last path segment of the endpoint. */
+  listenerId: string;
+  authMethod: WebhookAuthMethod;
+  /** JWT listeners: the sender's JWKS URL. "" for HMAC. */
+  jwksUrl: string;
+  ipRestrictionEnabled: boolean;
+  allowedCidrs: string[];
+}
+
+/** What the webhook pipeline needs to know about the automation behind a listener. */
+export interface WebhookListenerTarget {
+  automationId: string;
+  published: boolean;
+  triggerEnabled: boolean;
+  trigger: WebhookTriggerConfig;
+}
+
+/**
+ * Hooks the automations service calls while it saves an automation whose trigger is a webhook,
+ * inside the same store transaction. The webhooks module implements them (secrets, validation of
+ * JWKS URLs and CIDRs); until then `noWebhookTriggerHooks` stands in.
+ */
+export interface WebhookTriggerHooks {
+  /** Throws ConnectError(invalid_argument) for a bad JWKS URL or CIDR. */
+  validate(trigger: WebhookTriggerConfig): void;
+  /**
+   * Called after the automation row is written. `previous` is the trigger before an update
+   * (undefined on create). Returns a newly issued HMAC secret to show once, if one was issued.
+   */
+  saved(automationId: string, trigger: WebhookTriggerConfig, previous: TriggerConfig | undefined): string | undefined;
+  /** Called when the automation is deleted. */
+  deleted(automationId: string): void;
+}
+
+export const noWebhookTriggerHooks: WebhookTriggerHooks = {
+  validate: () => {},
+  saved: () => undefined,
+  deleted: () => {},
+};
