@@ -15,6 +15,7 @@ import { http } from "../../gen/google/api/annotations_pb.js";
 import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
 import { BodyTooLargeError, readBody } from "./read-body.js";
+import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
 /** One REST route, derived from an RPC's `google.api.http` option. */
@@ -123,6 +124,7 @@ export class RestTranscoder {
     for (const [name, value] of Object.entries(req.headers)) {
       if (name.startsWith(":") || value === undefined) continue;
       if (name === "content-length" || name === "content-encoding" || name === "transfer-encoding") continue;
+      if (name === "accept-encoding") continue; // the JSON is completed below, so it must stay plain
       header.set(name, Array.isArray(value) ? value.join(", ") : value);
     }
     header.set("content-type", "application/json");
@@ -138,7 +140,7 @@ export class RestTranscoder {
       signal: abort.signal,
       contextValues: createContextValues().set(requestFactsKey, facts),
     });
-    await universalResponseToNodeResponse(response, res);
+    await universalResponseToNodeResponse(await withRepeatedFieldsPresent(response, match.route.rpc.output), res);
   }
 
   private async requestJson(req: NodeRequest, route: RestRoute): Promise<JsonObject> {

@@ -1,0 +1,363 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newId } from "../src/store/ids.js";
+import { answer, createApp, createEntitlement, createUser, ownersPath } from "./support/api-fixtures.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+/** Inserts entitlements straight into the store (fast), returning their ids in creation order. */
+function seedEntitlements(appId: string, count: number, prefix = "E"): string[] {
+  const ids: string[] = [];
+  server.store.transaction(() => {
+    for (let i = 0; i < count; i++) {
+      const id = newId();
+      const now = Date.now();
+      server.store.appEntitlements.insert({
+        id,
+        appId,
+        displayName: `${prefix} ${i}`,
+        description: "",
+        slug: `${prefix.toLowerCase()}-${i}`,
+        createdAt: now,
+        updatedAt: now,
+      });
+      ids.push(id);
+    }
+  });
+  return ids;
+}
+
+function seedUsers(count: number, displayName: (i: number) => string): string[] {
+  const ids: string[] = [];
+  server.store.transaction(() => {
+    for (let i = 0; i < count; i++) {
+      const id = newId();
+      const now = Date.now();
+      server.store.users.insert({ id, displayName: displayName(i), email: "", username: "", createdAt: now, updatedAt: now });
+      ids.push(id);
+    }
+  });
+  return ids;
+}
+
+interface RawPage {
+  status: number;
+  text: string;
+  ids: string[];
+  nextPageToken: string | undefined;
+}
+
+async function rawPage(res: Response, idOf: (item: Record<string, unknown>) => string): Promise<RawPage> {
+  const text = await res.text();
+  const body = JSON.parse(text) as { list?: Record<string, unknown>[]; nextPageToken?: string };
+  return { status: res.status, text, ids: (body.list ?? []).map(idOf), nextPageToken: body.nextPageToken };
+}
+
+const entitlementIdOf = (item: Record<string, unknown>) => (item.appEntitlement as { id: string }).id;
+const userIdOf = (item: Record<string, unknown>) => item.id as string;
+
+async function entitlementsPage(appId: string, query: string): Promise<RawPage> {
+  return rawPage(await server.call("GET", `/api/v1/apps/${appId}/entitlements${query}`), entitlementIdOf);
+}
+
+/** Walks every page, checking each non-last page carries a token and the last one `"nextPageToken":""`. */
+async function walkEntitlements(
+  appId: string,
+  pageSize: number,
+  afterEachPage: (pageNumber: number) => void = () => {},
+): Promise<{ ids: string[]; pages: number }> {
+  const ids: string[] = [];
+  let token = "";
+  let pages = 0;
+  for (;;) {
+    const page = await entitlementsPage(appId, `?page_size=${pageSize}&page_token=${encodeURIComponent(token)}`);
+    expect(page.status).toBe(200);
+    pages++;
+    ids.push(...page.ids);
+    afterEachPage(pages);
+    if (page.nextPageToken === "") {
+      expect(page.text).toContain('"nextPageToken":""');
+      return { ids, pages };
+    }
+    expect(page.nextPageToken).toMatch(/.+/);
+    expect(page.ids).toHaveLength(Math.min(100, Math.max(10, pageSize)));
+    token = page.nextPageToken ?? "";
+    if (pages > 2000) throw new Error("the walk does not end");
+  }
+}
+
+describe("page_size on GET listings", () => {
+  let appId: string;
+  beforeAll(async () => {
+    appId = await createApp(server, "Sizes");
+    seedEntitlements(appId, 150);
+  });
+
+  it.each([
+    ["no page_size", "", 25],
+    ["page_size=0", "?page_size=0", 25],
+    ["page_size=3", "?page_size=3", 10],
+    ["page_size=-5", "?page_size=-5", 10],
+    ["page_size=10", "?page_size=10", 10],
+    ["page_size=42", "?page_size=42", 42],
+    ["page_size=100", "?page_size=100", 100],
+    ["page_size=250", "?page_size=250", 100],
+    ["the JSON name pageSize=3", "?pageSize=3", 10],
+    ["the JSON name pageSize=250", "?pageSize=250", 100],
+  ])("returns the clamped number of items for %s", async (_, query, expected) => {
+    const page = await entitlementsPage(appId, query);
+    expect(page.status).toBe(200);
+    expect(page.ids).toHaveLength(expected);
+    expect(page.nextPageToken).not.toBe("");
+  });
+
+  it.each([["abc"], ["1.5"], ["99999999999"], [""]])("answers 400 invalid_argument to page_size=%s", async (value) => {
+    const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_size=${value}`);
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { code: string; message: string };
+    expect(body.code).toBe("invalid_argument");
+    expect(body.message).toContain("page_size");
+  });
+
+  it("answers 400 to page_size given twice", async () => {
+    const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_size=10&page_size=20`);
+    expect(res.status).toBe(400);
+  });
+
+  it("accepts the JSON name pageToken in the query", async () => {
+    const first = await entitlementsPage(appId, "?pageSize=10");
+    const second = await entitlementsPage(appId, `?pageSize=10&pageToken=${encodeURIComponent(first.nextPageToken ?? "")}`);
+    expect(second.status).toBe(200);
+    expect(second.ids).toHaveLength(10);
+    expect(second.ids).not.toContain(first.ids[0]);
+  });
+
+  it("applies the same clamping to other listings (users, apps, owners)", async () => {
+    seedUsers(30, (i) => `Clamp ${i}`);
+    const users = await rawPage(await server.call("GET", "/api/v1/users?page_size=3"), userIdOf);
+    expect(users.ids).toHaveLength(10);
+    const apps = await server.call("GET", "/api/v1/apps?page_size=abc");
+    expect(apps.status).toBe(400);
+    const entitlementId = await createEntitlement(server, appId);
+    const owners = await server.call("GET", `${ownersPath(appId, entitlementId)}?page_size=abc`);
+    expect(owners.status).toBe(400);
+  });
+});
+
+describe("walking every page", () => {
+  it("yields each of 1,000 entitlements exactly once in creation order, the last page saying nextPageToken \"\"", async () => {
+    const appId = await createApp(server, "Thousand");
+    const created = seedEntitlements(appId, 1000);
+    // 1,000 is an exact multiple of 100, 25 (the default) and 40; 37 leaves a partial last page.
+    for (const size of [100, 25, 40, 37]) {
+      const walk = await walkEntitlements(appId, size);
+      expect(walk.ids).toEqual(created);
+      expect(walk.pages).toBe(Math.ceil(1000 / size));
+    }
+  });
+
+  it("says nextPageToken \"\" already on a page that ends exactly at the last item", async () => {
+    const appId = await createApp(server, "Exact");
+    seedEntitlements(appId, 20);
+    const first = await entitlementsPage(appId, "?page_size=10");
+    expect(first.nextPageToken).not.toBe("");
+    const last = await entitlementsPage(appId, `?page_size=10&page_token=${encodeURIComponent(first.nextPageToken ?? "")}`);
+    expect(last.ids).toHaveLength(10);
+    expect(last.text).toContain('"nextPageToken":""');
+  });
+
+  it("answers an empty listing with an empty list and nextPageToken \"\"", async () => {
+    const appId = await createApp(server, "Empty");
+    const page = await entitlementsPage(appId, "");
+    expect(page.status).toBe(200);
+    expect(JSON.parse(page.text)).toEqual({ list: [], nextPageToken: "" });
+  });
+
+  it("neither skips nor repeats pre-existing items when items are created during the walk", async () => {
+    const appId = await createApp(server, "Moving");
+    const before = seedEntitlements(appId, 95);
+    const during: string[] = [];
+    const walk = await walkEntitlements(appId, 10, (n) => {
+      during.push(...seedEntitlements(appId, n % 2 === 0 ? 3 : 1, `New${n}`));
+    });
+    expect(new Set(walk.ids).size).toBe(walk.ids.length);
+    expect(walk.ids.slice(0, before.length)).toEqual(before);
+    for (const id of walk.ids.slice(before.length)) expect(during).toContain(id);
+  });
+});
+
+describe("page_token", () => {
+  let appId: string;
+  let token: string;
+  beforeAll(async () => {
+    appId = await createApp(server, "Tokens");
+    seedEntitlements(appId, 30);
+    token = (await entitlementsPage(appId, "?page_size=10")).nextPageToken ?? "";
+  });
+
+  it("answers 400 to a tampered token", async () => {
+    const [payload = "", mac = ""] = token.split(".");
+    const flipped = (s: string) => (s[0] === "A" ? "B" : "A") + s.slice(1);
+    for (const bad of [`${flipped(payload)}.${mac}`, `${payload}.${flipped(mac)}`, payload, "garbage", `.${mac}`]) {
+      const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_token=${encodeURIComponent(bad)}`);
+      expect(await answer(res)).toMatchObject({ status: 400, body: { code: "invalid_argument" } });
+    }
+  });
+
+  it("answers 400 to a token made by re-encoding another key with the original MAC", async () => {
+    const [, mac = ""] = token.split(".");
+    const forged = `${Buffer.from("00000000-0000-7000-8000-000000000000").toString("base64url")}.${mac}`;
+    const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_token=${encodeURIComponent(forged)}`);
+    expect(res.status).toBe(400);
+  });
+
+  it("answers 400 to a token from another app's listing", async () => {
+    const otherAppId = await createApp(server, "Other tokens");
+    seedEntitlements(otherAppId, 30);
+    const res = await server.call(
+      "GET",
+      `/api/v1/apps/${otherAppId}/entitlements?page_token=${encodeURIComponent(token)}`,
+    );
+    expect(await answer(res)).toMatchObject({ status: 400, body: { code: "invalid_argument" } });
+  });
+
+  it("answers 400 to a token from another kind of listing", async () => {
+    seedUsers(30, (i) => `Token user ${i}`);
+    const usersToken = (await rawPage(await server.call("GET", "/api/v1/users?page_size=10"), userIdOf)).nextPageToken;
+    const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_token=${encodeURIComponent(usersToken ?? "")}`);
+    expect(res.status).toBe(400);
+    const back = await server.call("GET", `/api/v1/users?page_token=${encodeURIComponent(token)}`);
+    expect(back.status).toBe(400);
+  });
+
+  it("accepts the token with another page_size (the token holds the position, not the size)", async () => {
+    const res = await entitlementsPage(appId, `?page_size=20&page_token=${encodeURIComponent(token)}`);
+    expect(res.status).toBe(200);
+    expect(res.ids).toHaveLength(20);
+    expect(res.nextPageToken).toBe("");
+  });
+});
+
+describe("POST /api/v1/search/users (page fields in the body)", () => {
+  const prefix = `Searchable-${Date.now()}`;
+  let matching: string[];
+  beforeAll(() => {
+    // Interleave matching and non-matching users so the filter and the keyset both matter.
+    matching = [];
+    for (let i = 0; i < 100; i++) {
+      matching.push(...seedUsers(1, () => `${prefix} ${i}`));
+      seedUsers(1, () => `Someone else ${i}`);
+    }
+  });
+
+  const search = async (body: unknown) =>
+    rawPage(await server.call("POST", "/api/v1/search/users", body), userIdOf);
+
+  it.each([
+    ["no page size", {}, 25],
+    ["pageSize 3", { pageSize: 3 }, 10],
+    ["page_size 3", { page_size: 3 }, 10],
+    ["pageSize 250", { pageSize: 250 }, 100],
+    ["page_size 250", { page_size: 250 }, 100],
+  ])("returns the clamped number of items for %s", async (_, paging, expected) => {
+    const page = await search({ query: prefix, ...paging });
+    expect(page.status).toBe(200);
+    expect(page.ids).toHaveLength(expected);
+  });
+
+  it.each([[{ pageSize: "abc" }], [{ page_size: "abc" }], [{ pageSize: 1.5 }]])(
+    "answers 400 to a non-integer page size %j",
+    async (paging) => {
+      const res = await server.call("POST", "/api/v1/search/users", { query: prefix, ...paging });
+      expect(res.status).toBe(400);
+    },
+  );
+
+  for (const [names, sizeKey, tokenKey] of [
+    ["JSON names", "pageSize", "pageToken"],
+    ["proto names", "page_size", "page_token"],
+  ] as const) {
+    it(`walks every matching user exactly once in creation order (${names}), the last page saying nextPageToken ""`, async () => {
+      for (const size of [10, 25, 30]) {
+        const ids: string[] = [];
+        let token = "";
+        let pages = 0;
+        for (;;) {
+          const page = await search({ query: prefix, [sizeKey]: size, [tokenKey]: token });
+          expect(page.status).toBe(200);
+          pages++;
+          ids.push(...page.ids);
+          if (page.nextPageToken === "") {
+            expect(page.text).toContain('"nextPageToken":""');
+            break;
+          }
+          token = page.nextPageToken ?? "";
+          if (pages > 200) throw new Error("the walk does not end");
+        }
+        expect(ids).toEqual(matching);
+        expect(pages).toBe(Math.ceil(100 / size));
+      }
+    });
+  }
+
+  it("neither skips nor repeats pre-existing matches when users are created during the walk", async () => {
+    const ids: string[] = [];
+    let token = "";
+    do {
+      const page = await search({ query: prefix, pageSize: 10, pageToken: token });
+      ids.push(...page.ids);
+      seedUsers(2, (i) => `${prefix} late ${i}`);
+      token = page.nextPageToken ?? "";
+    } while (token !== "");
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids.slice(0, matching.length)).toEqual(matching);
+  });
+
+  it("answers 400 to a tampered token and to a token from another search", async () => {
+    const first = await search({ query: prefix, pageSize: 10 });
+    const token = first.nextPageToken ?? "";
+    const tampered = `A${token.slice(1)}` === token ? `B${token.slice(1)}` : `A${token.slice(1)}`;
+    expect((await server.call("POST", "/api/v1/search/users", { query: prefix, pageToken: tampered })).status).toBe(400);
+    const other = await server.call("POST", "/api/v1/search/users", { query: "Someone else", pageToken: token });
+    expect(await answer(other)).toMatchObject({ status: 400, body: { code: "invalid_argument" } });
+    const listing = await server.call("GET", `/api/v1/users?page_token=${encodeURIComponent(token)}`);
+    expect(listing.status).toBe(400);
+  });
+
+  it("answers 400 to page fields in the query of the POST", async () => {
+    const res = await server.call("POST", "/api/v1/search/users?page_size=10", { query: prefix });
+    expect(res.status).toBe(400);
+  });
+
+  it("answers an empty search with an empty list and nextPageToken \"\"", async () => {
+    const page = await search({ query: "nobody-has-this-name" });
+    expect(JSON.parse(page.text)).toEqual({ list: [], nextPageToken: "" });
+  });
+});
+
+describe("owners listing", () => {
+  it("pages through owners without repeats", async () => {
+    const appId = await createApp(server, "Owners paging");
+    const entitlementId = await createEntitlement(server, appId);
+    const users = seedUsers(23, (i) => `Owner ${i}`);
+    for (const userId of users) {
+      expect((await server.call("POST", ownersPath(appId, entitlementId), { userId })).status).toBe(200);
+    }
+    const ids: string[] = [];
+    let token = "";
+    do {
+      const page = await rawPage(
+        await server.call("GET", `${ownersPath(appId, entitlementId)}?page_size=10&page_token=${encodeURIComponent(token)}`),
+        userIdOf,
+      );
+      ids.push(...page.ids);
+      token = page.nextPageToken ?? "";
+    } while (token !== "");
+    expect(ids).toEqual(users);
+    await createUser(server);
+  });
+});

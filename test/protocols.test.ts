@@ -1,0 +1,198 @@
+import * as grpc from "@grpc/grpc-js";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  AddAppEntitlementOwnerRequestSchema,
+  AddAppEntitlementOwnerResponseSchema,
+  AppEntitlementOwners,
+  ListAppEntitlementOwnersRequestSchema,
+  ListAppEntitlementOwnersResponseSchema,
+} from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
+import { createApp, createEntitlement, createUser, listOwnerIds, ownersPath } from "./support/api-fixtures.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+/** server.headers as gRPC metadata (the bearer token, once auth exists). */
+function metadata(): grpc.Metadata {
+  const md = new grpc.Metadata();
+  for (const [name, value] of Object.entries(server.headers)) md.set(name.toLowerCase(), value);
+  return md;
+}
+
+const withServerHeaders: Interceptor = (next) => (req) => {
+  for (const [name, value] of Object.entries(server.headers)) req.header.set(name, value);
+  return next(req);
+};
+
+const grpcClients: grpc.Client[] = [];
+afterEach(() => {
+  for (const c of grpcClients.splice(0)) c.close();
+});
+
+/** A plain @grpc/grpc-js client (its own HTTP/2 stack), speaking h2c to the server's one port. */
+function grpcJsClient(): grpc.Client {
+  const client = new grpc.Client(`${server.address.address}:${server.address.port}`, grpc.credentials.createInsecure());
+  grpcClients.push(client);
+  return client;
+}
+
+function grpcJsUnary<I, O>(
+  client: grpc.Client,
+  path: string,
+  serialize: (value: I) => Buffer,
+  deserialize: (bytes: Buffer) => O,
+  request: I,
+): Promise<O> {
+  return new Promise((resolve, reject) => {
+    client.makeUnaryRequest(path, serialize, deserialize, request, metadata(), {}, (err, value) => {
+      if (err !== null) reject(err);
+      else if (value === undefined) reject(new Error("no response message"));
+      else resolve(value);
+    });
+  });
+}
+
+function grpcJsAdd(client: grpc.Client, appId: string, entitlementId: string, userId: string) {
+  return grpcJsUnary(
+    client,
+    "/svc.api.app.v1.AppEntitlementOwners/Add",
+    (m: ReturnType<typeof create<typeof AddAppEntitlementOwnerRequestSchema>>) =>
+      Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
+    (bytes) => fromBinary(AddAppEntitlementOwnerResponseSchema, bytes),
+    create(AddAppEntitlementOwnerRequestSchema, { appId, entitlementId, userId }),
+  );
+}
+
+describe("one port, every protocol", () => {
+  it("serves REST, gRPC (grpc-js over h2c) and Connect JSON Add on one port, and List shows all three owners", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const [restUser, grpcUser, connectUser] = [
+      await createUser(server, "Rest User"),
+      await createUser(server, "Grpc User"),
+      await createUser(server, "Connect User"),
+    ];
+
+    const rest = await server.call("POST", ownersPath(appId, entitlementId), { userId: restUser });
+    expect(rest.status).toBe(200);
+    expect(rest.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(await rest.text()).toBe("{}");
+
+    const grpcAnswer = await grpcJsAdd(grpcJsClient(), appId, entitlementId, grpcUser);
+    expect(grpcAnswer.$typeName).toBe("svc.api.app.v1.AddAppEntitlementOwnerResponse");
+
+    const connect = await server.call("POST", "/svc.api.app.v1.AppEntitlementOwners/Add", {
+      appId,
+      entitlementId,
+      userId: connectUser,
+    });
+    expect(connect.status).toBe(200);
+    expect(await connect.json()).toEqual({});
+
+    const owners = await listOwnerIds(server, appId, entitlementId);
+    expect(owners.sort()).toEqual([restUser, grpcUser, connectUser].sort());
+
+    // And List over gRPC sees the same three.
+    const listed = await grpcJsUnary(
+      grpcJsClient(),
+      "/svc.api.app.v1.AppEntitlementOwners/List",
+      (m: ReturnType<typeof create<typeof ListAppEntitlementOwnersRequestSchema>>) =>
+        Buffer.from(toBinary(ListAppEntitlementOwnersRequestSchema, m)),
+      (bytes) => fromBinary(ListAppEntitlementOwnersResponseSchema, bytes),
+      create(ListAppEntitlementOwnersRequestSchema, { appId, entitlementId }),
+    );
+    expect(listed.list.map((u) => u.id).sort()).toEqual(owners.sort());
+    expect(listed.nextPageToken).toBe("");
+  });
+
+  it("answers a grpc-js call for an unknown user with gRPC status NOT_FOUND", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const error = await grpcJsAdd(grpcJsClient(), appId, entitlementId, "no-such-user").then(
+      () => undefined,
+      (e: unknown) => e as grpc.ServiceError,
+    );
+    expect(error?.code).toBe(grpc.status.NOT_FOUND);
+    expect(error?.details).toBe('user "no-such-user" not found');
+  });
+
+  it("answers a grpc-js call without userId with gRPC status INVALID_ARGUMENT", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const error = await grpcJsUnary(
+      grpcJsClient(),
+      "/svc.api.app.v1.AppEntitlementOwners/Add",
+      (m: ReturnType<typeof create<typeof AddAppEntitlementOwnerRequestSchema>>) =>
+        Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
+      (bytes) => fromBinary(AddAppEntitlementOwnerResponseSchema, bytes),
+      create(AddAppEntitlementOwnerRequestSchema, { appId, entitlementId }),
+    ).then(
+      () => undefined,
+      (e: unknown) => e as grpc.ServiceError,
+    );
+    expect(error?.code).toBe(grpc.status.INVALID_ARGUMENT);
+  });
+
+  const transports: [string, () => Transport][] = [
+    ["gRPC over HTTP/2", () => createGrpcTransport({ baseUrl: server.url, interceptors: [withServerHeaders] })],
+    [
+      "Connect over HTTP/2",
+      () => createConnectTransport({ baseUrl: server.url, httpVersion: "2", interceptors: [withServerHeaders] }),
+    ],
+    [
+      "Connect over HTTP/1.1",
+      () => createConnectTransport({ baseUrl: server.url, httpVersion: "1.1", interceptors: [withServerHeaders] }),
+    ],
+    [
+      "Connect binary over HTTP/1.1",
+      () =>
+        createConnectTransport({
+          baseUrl: server.url,
+          httpVersion: "1.1",
+          useBinaryFormat: true,
+          interceptors: [withServerHeaders],
+        }),
+    ],
+    [
+      "gRPC-Web over HTTP/1.1",
+      () => createGrpcWebTransport({ baseUrl: server.url, httpVersion: "1.1", interceptors: [withServerHeaders] }),
+    ],
+  ];
+
+  for (const [name, transport] of transports) {
+    it(`adds and lists owners with a connect-es client (${name})`, async () => {
+      const appId = await createApp(server);
+      const entitlementId = await createEntitlement(server, appId);
+      const userId = await createUser(server);
+      const client = createClient(AppEntitlementOwners, transport());
+
+      const added = await client.add({ appId, entitlementId, userId });
+      expect(added.$typeName).toBe("svc.api.app.v1.AddAppEntitlementOwnerResponse");
+      const listed = await client.list({ appId, entitlementId });
+      expect(listed.list.map((u) => u.id)).toEqual([userId]);
+      expect(listed.nextPageToken).toBe("");
+
+      const error = await client.add({ appId, entitlementId, userId: "nobody" }).then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+      expect(error?.code).toBe(Code.NotFound);
+    });
+  }
+
+  it("answers /healthz and /readyz with 200 over HTTP/1.1", async () => {
+    const health = await fetch(`${server.url}/healthz`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toEqual({ status: "ok" });
+    const ready = await fetch(`${server.url}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ status: "ready" });
+  });
+});
