@@ -1,0 +1,104 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { request as httpRequest, Agent } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { repoRoot, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+
+const dirs: string[] = [];
+const running: CliProcess[] = [];
+afterAll(() => {
+  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "accessd-start-"));
+  dirs.push(dir);
+  return dir;
+}
+
+const bootstrap = { ACCESSD_BOOTSTRAP_CLIENT_ID: "start-test", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "start-test-secret-0123456789" };
+
+async function serve(cwd: string): Promise<{ cli: CliProcess; url: string }> {
+  const cli = spawnCli(["serve"], { ACCESSD_PORT: "0", ...bootstrap }, cwd);
+  running.push(cli);
+  const port = await listeningPort(cli);
+  return { cli, url: `http://127.0.0.1:${port}` };
+}
+
+/** The Authorization header for API calls: a bootstrap client's token once auth exists, none before. */
+async function authHeaders(url: string): Promise<Record<string, string>> {
+  const res = await fetch(`${url}/auth/v1/token`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({
+      grant_type: "client_credentials",
+      client_id: bootstrap.ACCESSD_BOOTSTRAP_CLIENT_ID,
+      client_secret: bootstrap.ACCESSD_BOOTSTRAP_CLIENT_SECRET,
+    }).toString(),
+  });
+  if (res.status === 404) return {};
+  expect(res.status).toBe(200);
+  const token = (await res.json()) as { access_token: string };
+  return { authorization: `Bearer ${token.access_token}` };
+}
+
+describe("npm start (accessd serve)", () => {
+  it("is what `npm start` and the accessd bin run", () => {
+    const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as {
+      scripts: Record<string, string>;
+      bin: Record<string, string>;
+    };
+    expect(pkg.scripts.start).toBe("node dist/src/cli/main.js serve");
+    expect(pkg.bin.accessd).toBe("dist/src/cli/main.js");
+    expect(pkg.scripts.bench).toBe("tsx bench/run.ts");
+  });
+
+  it("creates ./data/accessd.db in its working directory, answers /healthz and /readyz, keeps data across restarts and exits 0 on SIGTERM", async () => {
+    const cwd = tempDir();
+    const first = await serve(cwd);
+    expect(existsSync(join(cwd, "data", "accessd.db"))).toBe(true);
+    expect(first.cli.stdout()).toContain('"database":"./data/accessd.db"');
+
+    const health = await fetch(`${first.url}/healthz`);
+    expect(health.status).toBe(200);
+    expect((await fetch(`${first.url}/readyz`)).status).toBe(200);
+
+    const created = await fetch(`${first.url}/api/v1/apps`, {
+      method: "POST",
+      headers: { ...(await authHeaders(first.url)), "content-type": "application/json" },
+      body: JSON.stringify({ displayName: "Persisted" }),
+    });
+    expect(created.status).toBe(200);
+    const appId = ((await created.json()) as { app: { id: string } }).app.id;
+
+    first.cli.child.kill("SIGTERM");
+    expect(await first.cli.exited).toEqual({ code: 0, signal: null });
+    expect(first.cli.stdout()).toContain("accessd stopped");
+
+    const second = await serve(cwd);
+    const got = await fetch(`${second.url}/api/v1/apps/${appId}`, { headers: await authHeaders(second.url) });
+    expect(got.status).toBe(200);
+    second.cli.child.kill("SIGTERM");
+    expect((await second.cli.exited).code).toBe(0);
+  });
+
+  it("shuts down promptly on SIGTERM while a client holds an idle keep-alive connection", async () => {
+    const { cli, url } = await serve(tempDir());
+    const agent = new Agent({ keepAlive: true });
+    await new Promise<void>((resolve, reject) => {
+      const req = httpRequest(`${url}/healthz`, { agent }, (res) => {
+        res.resume();
+        res.on("end", () => resolve());
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    const started = Date.now();
+    cli.child.kill("SIGTERM");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - started).toBeLessThan(4_000);
+    agent.destroy();
+  });
+});
