@@ -13,6 +13,10 @@ export interface Config {
   apiMaxBodyBytes: number;
   /** Connections idle or still sending a request after this long are cut. */
   requestTimeoutMs: number;
+  /** ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET: a Super Admin client created at start when absent. */
+  bootstrapClient: { clientId: string; clientSecret: string } | undefined;
+  /** Lifetime of issued access tokens, in milliseconds. */
+  tokenTtlMs: number;
 }
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
@@ -36,6 +40,8 @@ export const configDefaults: Config = {
   logLevel: "info",
   apiMaxBodyBytes: 1024 * 1024,
   requestTimeoutMs: 30_000,
+  bootstrapClient: undefined,
+  tokenTtlMs: 3_600_000,
 };
 
 type Env = Record<string, string | undefined>;
@@ -50,6 +56,8 @@ export function loadConfig(env: Env = process.env): Config {
     apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
     requestTimeoutMs:
       parseDuration(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
+    bootstrapClient: parseBootstrapClient(env) ?? configDefaults.bootstrapClient,
+    tokenTtlMs: parseTokenTtl(env, "ACCESSD_TOKEN_TTL") ?? configDefaults.tokenTtlMs,
   };
 }
 
@@ -123,5 +131,27 @@ export function parseDuration(env: Env, name: string): number | undefined {
   }
   const ms = Number(match[1]) * (durationUnits[unit] ?? 1);
   if (ms <= 0) throw new ConfigError(name, "must be longer than zero");
+  return ms;
+}
+
+/** Both variables or neither; the id as a URL-safe name, the secret long enough to resist guessing. */
+function parseBootstrapClient(env: Env): Config["bootstrapClient"] {
+  const clientId = read(env, "ACCESSD_BOOTSTRAP_CLIENT_ID");
+  const clientSecret = read(env, "ACCESSD_BOOTSTRAP_CLIENT_SECRET");
+  if (clientId === undefined && clientSecret === undefined) return undefined;
+  if (clientId === undefined) throw new ConfigError("ACCESSD_BOOTSTRAP_CLIENT_ID", "must be set with ACCESSD_BOOTSTRAP_CLIENT_SECRET");
+  if (clientSecret === undefined) throw new ConfigError("ACCESSD_BOOTSTRAP_CLIENT_SECRET", "must be set with ACCESSD_BOOTSTRAP_CLIENT_ID");
+  if (!/^[A-Za-z0-9._~-]{1,128}$/.test(clientId)) {
+    throw new ConfigError("ACCESSD_BOOTSTRAP_CLIENT_ID", "must be 1 to 128 characters of A-Z a-z 0-9 . _ ~ -");
+  }
+  // Never echo the secret in the error.
+  if (clientSecret.length < 16) throw new ConfigError("ACCESSD_BOOTSTRAP_CLIENT_SECRET", "must be at least 16 characters");
+  return { clientId, clientSecret };
+}
+
+/** A duration from 1 minute to 24 hours. */
+function parseTokenTtl(env: Env, name: string): number | undefined {
+  const ms = parseDuration(env, name);
+  if (ms !== undefined && (ms < 60_000 || ms > 86_400_000)) throw new ConfigError(name, "must be between 1m and 24h");
   return ms;
 }

@@ -1,5 +1,14 @@
 import type { AddressInfo } from "node:net";
+import type { DescMethod } from "@bufbuild/protobuf";
 import { registerApiServices } from "./api/index.js";
+import {
+  AccessTokens,
+  authorizationInterceptor,
+  ensureBootstrapClient,
+  FailureLimiter,
+  RequiredRoles,
+  tokenEndpoint,
+} from "./auth/index.js";
 import { systemClock, type Clock } from "./clock.js";
 import type { Config } from "./config.js";
 import type { Logger } from "./logger.js";
@@ -16,6 +25,8 @@ export interface Accessd {
   url: string;
   store: Store;
   config: Config;
+  /** Every RPC the server serves (for tests that walk the contract). */
+  rpcs: readonly DescMethod[];
   /** Graceful stop: drain requests, close the store. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -32,17 +43,42 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const store = options.store ?? Store.open(config.database);
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
 
+  const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock });
+  if (config.bootstrapClient !== undefined) {
+    const outcome = await ensureBootstrapClient(store, clock, config.bootstrapClient);
+    log.info({ clientId: config.bootstrapClient.clientId, outcome }, "bootstrap Super Admin client");
+  }
+  const requiredRoles = new RequiredRoles();
   const connect = new ConnectHandlers({
-    interceptors: [loggingInterceptor(log)],
+    // Logging outermost, so refused calls (401/403) are logged too; authorization before every
+    // other interceptor and every handler.
+    interceptors: [
+      loggingInterceptor(log),
+      authorizationInterceptor({ tokens, principalOf: (id) => store.clients.principalOf(id), requiredRoles }),
+    ],
     maxBodyBytes: config.apiMaxBodyBytes,
     log,
     routes: (router) => registerApiServices(router, { store, clock, pageTokens }),
   });
+  const rpcs = connect.handlers.map((h) => h.method);
+  requiredRoles.register(rpcs);
+  if (requiredRoles.undeclared.length > 0) {
+    log.warn({ procedures: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
+  }
   const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes });
   const server = new HttpServer({
     connect,
     rest,
-    rawRoutes: [],
+    rawRoutes: [
+      tokenEndpoint({
+        store,
+        tokens,
+        clock,
+        baseUrl: config.baseUrl,
+        log,
+        limiter: new FailureLimiter({ maxFailures: 10, windowMs: 60_000, clock }),
+      }),
+    ],
     ready: () => store.ping(),
     log,
     requestTimeoutMs: config.requestTimeoutMs,
@@ -58,6 +94,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     url: `http://${host}:${address.port}`,
     store,
     config,
+    rpcs,
     close() {
       closing ??= (async () => {
         await server.close();

@@ -1,8 +1,12 @@
 import { AppEntitlementOwnersRepository } from "./app-entitlement-owners-repository.js";
 import { AppEntitlementsRepository } from "./app-entitlements-repository.js";
 import { AppsRepository } from "./apps-repository.js";
+import { AssertionJtisRepository } from "./assertion-jtis-repository.js";
+import { ClientsRepository } from "./clients-repository.js";
 import { openDatabase, type Database } from "./database.js";
 import { SettingsRepository } from "./settings-repository.js";
+import { SigningKeysRepository } from "./signing-keys-repository.js";
+import { UserRolesRepository } from "./user-roles-repository.js";
 import { UsersRepository } from "./users-repository.js";
 
 /**
@@ -15,6 +19,10 @@ export class Store {
   readonly users: UsersRepository;
   readonly owners: AppEntitlementOwnersRepository;
   readonly settings: SettingsRepository;
+  readonly userRoles: UserRolesRepository;
+  readonly clients: ClientsRepository;
+  readonly signingKeys: SigningKeysRepository;
+  readonly assertionJtis: AssertionJtisRepository;
   private readonly pingStmt;
 
   constructor(readonly db: Database) {
@@ -24,6 +32,10 @@ export class Store {
     this.users = new UsersRepository(db);
     this.owners = new AppEntitlementOwnersRepository(db);
     this.settings = new SettingsRepository(db);
+    this.userRoles = new UserRolesRepository(db);
+    this.clients = new ClientsRepository(db);
+    this.signingKeys = new SigningKeysRepository(db);
+    this.assertionJtis = new AssertionJtisRepository(db);
   }
 
   static open(path: string): Store {

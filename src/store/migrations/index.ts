@@ -1,4 +1,5 @@
 import { initialSchema } from "./001-initial-schema.js";
+import { iamSchema } from "./002-iam.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
 export interface Migration {
@@ -7,4 +8,4 @@ export interface Migration {
   sql: string;
 }
 
-export const migrations: readonly Migration[] = [initialSchema];
+export const migrations: readonly Migration[] = [initialSchema, iamSchema];

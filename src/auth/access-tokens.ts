@@ -1,0 +1,139 @@
+import { randomUUID } from "node:crypto";
+import {
+  SignJWT,
+  calculateJwkThumbprint,
+  exportJWK,
+  generateKeyPair,
+  importJWK,
+  jwtVerify,
+  type CryptoKey,
+  type JWK,
+  type JWTHeaderParameters,
+} from "jose";
+import type { Clock } from "../clock.js";
+import type { Store } from "../store/store.js";
+
+export interface AccessTokenOptions {
+  /** The tenant base URL: issuer and audience of every token. */
+  baseUrl: string;
+  ttlMs: number;
+  clock: Clock;
+}
+
+export interface IssuedToken {
+  accessToken: string;
+  /** Seconds. */
+  expiresIn: number;
+}
+
+/** A bearer token that is missing its parts, foreign, tampered with or expired. */
+export class InvalidAccessTokenError extends Error {
+  constructor(reason: string) {
+    super(reason);
+    this.name = "InvalidAccessTokenError";
+  }
+}
+
+const algorithm = "EdDSA";
+/** RFC 9068 JWT access tokens. */
+const tokenType = "at+jwt";
+
+interface KeyPair {
+  kid: string;
+  privateKey: CryptoKey;
+  publicKey: CryptoKey;
+}
+
+/**
+ * Issues and verifies the service's access tokens: JWTs signed with its own Ed25519 key. The key
+ * lives in the store (created on first start), so tokens survive a restart; every stored key is
+ * accepted by `kid`, the newest one signs.
+ */
+export class AccessTokens {
+  private constructor(
+    private readonly signer: KeyPair,
+    private readonly verifiers: ReadonlyMap<string, CryptoKey>,
+    private readonly options: AccessTokenOptions,
+  ) {}
+
+  static async load(store: Store, options: AccessTokenOptions): Promise<AccessTokens> {
+    if (store.signingKeys.all().length === 0) {
+      const { privateKey } = await generateKeyPair(algorithm, { extractable: true });
+      const privateJwk = await exportJWK(privateKey);
+      const kid = await calculateJwkThumbprint(publicPart(privateJwk));
+      store.signingKeys.insert({ kid, privateJwk: JSON.stringify(privateJwk), createdAt: options.clock.now() });
+    }
+    const pairs: KeyPair[] = [];
+    for (const stored of store.signingKeys.all()) {
+      const jwk = JSON.parse(stored.privateJwk) as JWK;
+      pairs.push({
+        kid: stored.kid,
+        privateKey: (await importJWK(jwk, algorithm)) as CryptoKey,
+        publicKey: (await importJWK(publicPart(jwk), algorithm)) as CryptoKey,
+      });
+    }
+    const newest = pairs.at(-1);
+    if (newest === undefined) throw new Error("no token signing key in the store");
+    return new AccessTokens(newest, new Map(pairs.map((p) => [p.kid, p.publicKey])), options);
+  }
+
+  async issue(clientId: string): Promise<IssuedToken> {
+    const nowSeconds = Math.floor(this.options.clock.now() / 1000);
+    const expiresIn = Math.max(1, Math.floor(this.options.ttlMs / 1000));
+    const accessToken = await new SignJWT({ client_id: clientId })
+      .setProtectedHeader({ alg: algorithm, typ: tokenType, kid: this.signer.kid })
+      .setIssuer(this.options.baseUrl)
+      .setAudience(this.options.baseUrl)
+      .setSubject(clientId)
+      .setIssuedAt(nowSeconds)
+      .setExpirationTime(nowSeconds + expiresIn)
+      .setJti(randomUUID())
+      .sign(this.signer.privateKey);
+    return { accessToken, expiresIn };
+  }
+
+  /** The client id the token was issued to; throws InvalidAccessTokenError otherwise. */
+  async verify(token: string): Promise<string> {
+    try {
+      const { payload } = await jwtVerify(token, (header: JWTHeaderParameters) => this.keyFor(header), {
+        algorithms: [algorithm],
+        typ: tokenType,
+        issuer: this.options.baseUrl,
+        audience: this.options.baseUrl,
+        currentDate: new Date(this.options.clock.now()),
+        requiredClaims: ["sub", "exp", "iat"],
+      });
+      if (typeof payload.sub !== "string" || payload.sub === "") throw new InvalidAccessTokenError("token has no subject");
+      return payload.sub;
+    } catch (e) {
+      if (e instanceof InvalidAccessTokenError) throw e;
+      throw new InvalidAccessTokenError(describeJoseError(e));
+    }
+  }
+
+  private keyFor(header: JWTHeaderParameters): CryptoKey {
+    const key = header.kid === undefined ? undefined : this.verifiers.get(header.kid);
+    if (key === undefined) throw new InvalidAccessTokenError("token was not signed by this service");
+    return key;
+  }
+}
+
+function publicPart(jwk: JWK): JWK {
+  const { kty, crv, x } = jwk;
+  return { kty, crv, x };
+}
+
+/** A short reason for the caller; jose's codes name what failed without echoing the token. */
+function describeJoseError(e: unknown): string {
+  const code = typeof e === "object" && e !== null && "code" in e ? String(e.code) : "";
+  switch (code) {
+    case "ERR_JWT_EXPIRED":
+      return "token has expired";
+    case "ERR_JWS_SIGNATURE_VERIFICATION_FAILED":
+      return "token signature is invalid";
+    case "ERR_JWT_CLAIM_VALIDATION_FAILED":
+      return "token claims are invalid";
+    default:
+      return "token is malformed or was not issued by this service";
+  }
+}

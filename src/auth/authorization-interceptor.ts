@@ -1,0 +1,74 @@
+import type { DescMethod } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import type { ClientPrincipal } from "../store/clients-repository.js";
+import { InvalidAccessTokenError, type AccessTokens } from "./access-tokens.js";
+import { highestRole, principalKey, roleAtLeast, type Principal } from "./principal.js";
+import type { RequiredRoles } from "./required-roles.js";
+
+export interface AuthorizationOptions {
+  tokens: AccessTokens;
+  /** Who a client acts as; undefined once the client (or its user) is deleted. */
+  principalOf: (clientId: string) => ClientPrincipal | undefined;
+  /** Filled from the router's methods at start, before the server listens. */
+  requiredRoles: RequiredRoles;
+}
+
+/**
+ * Every RPC, on every protocol (gRPC, gRPC-Web, Connect, and REST through the transcoder), needs
+ * `Authorization: Bearer <access token>` of an existing client whose user holds the RPC's role.
+ * No, malformed, expired or foreign token, or a deleted client -> unauthenticated (401); a role
+ * too low, or an RPC that declares no role -> permission_denied (403). The principal is put in
+ * the context values for the services.
+ */
+export function authorizationInterceptor(options: AuthorizationOptions): Interceptor {
+  return (next) => async (req) => {
+    const principal = await authenticate(req.header.get("authorization"), options);
+    authorize(principal, req.method, options.requiredRoles);
+    req.contextValues.set(principalKey, principal);
+    return next(req);
+  };
+}
+
+async function authenticate(authorization: string | null, options: AuthorizationOptions): Promise<Principal> {
+  if (authorization === null || authorization === "") {
+    throw unauthenticated("missing bearer token: send Authorization: Bearer <access token> (POST /auth/v1/token)", false);
+  }
+  const match = /^Bearer +([A-Za-z0-9._~+/-]+=*)$/i.exec(authorization.trim());
+  const token = match?.[1];
+  if (token === undefined) throw unauthenticated("Authorization header must be Bearer <access token>", true);
+  let clientId: string;
+  try {
+    clientId = await options.tokens.verify(token);
+  } catch (e) {
+    if (e instanceof InvalidAccessTokenError) throw unauthenticated(e.message, true);
+    throw e;
+  }
+  const found = options.principalOf(clientId);
+  if (found === undefined) throw unauthenticated("the client of this token no longer exists", true);
+  return { clientId, userId: found.userId, roles: found.roles, role: highestRole(found.roles) };
+}
+
+function authorize(principal: Principal, method: DescMethod, requiredRoles: RequiredRoles): void {
+  const procedure = `${method.parent.typeName}.${method.name}`;
+  const needed = requiredRoles.of(method);
+  if (needed === undefined) {
+    throw new ConnectError(`${procedure} declares no required role and is refused`, Code.PermissionDenied);
+  }
+  if (!roleAtLeast(principal.role, needed)) {
+    throw new ConnectError(
+      `${procedure} requires role ${Role[needed]}; the caller has ${principal.role === Role.ROLE_UNSPECIFIED ? "no role" : Role[principal.role]}`,
+      Code.PermissionDenied,
+    );
+  }
+}
+
+/**
+ * RFC 6750: 401 answers name the Bearer scheme. Connect sends error metadata as response headers,
+ * so REST (which pipes the Connect answer) and Connect carry `WWW-Authenticate`; gRPC gets it as
+ * metadata.
+ */
+function unauthenticated(message: string, invalidToken: boolean): ConnectError {
+  const challenge = invalidToken ? 'Bearer error="invalid_token"' : "Bearer";
+  return new ConnectError(message, Code.Unauthenticated, { "www-authenticate": challenge });
+}

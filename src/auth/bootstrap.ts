@@ -1,0 +1,63 @@
+import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import type { Clock } from "../clock.js";
+import { newId } from "../store/ids.js";
+import type { Store } from "../store/store.js";
+import { hashSecret, newClientSecret } from "./client-secret.js";
+
+export interface ClientCredentials {
+  clientId: string;
+  clientSecret: string;
+  userId: string;
+}
+
+/**
+ * Creates a Super Admin user and a client_secret_post client acting as it, in one transaction.
+ * Without `clientId`/`clientSecret` both are generated; the secret is returned here and never
+ * again (only its hash is stored).
+ */
+export async function createSuperAdminClient(
+  store: Store,
+  clock: Clock,
+  given: { clientId?: string; clientSecret?: string } = {},
+): Promise<ClientCredentials> {
+  const clientId = given.clientId ?? newId();
+  const clientSecret = given.clientSecret ?? newClientSecret();
+  const secretHash = await hashSecret(clientSecret);
+  const now = clock.now();
+  const userId = newId();
+  store.transaction(() => {
+    store.users.insert({
+      id: userId,
+      displayName: "Super Admin",
+      email: "",
+      username: `bootstrap-${clientId}`,
+      createdAt: now,
+      updatedAt: now,
+    });
+    store.userRoles.set(userId, [Role.SUPER_ADMIN]);
+    store.clients.insert({
+      id: clientId,
+      userId,
+      displayName: "bootstrap Super Admin",
+      secretHash,
+      publicJwk: undefined,
+      createdAt: now,
+    });
+  });
+  return { clientId, clientSecret, userId };
+}
+
+/**
+ * ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET: creates that Super Admin client when no client has the id.
+ * An existing client is left as it is (its secret is not replaced), so changing the variable
+ * later does not rotate a secret silently; delete the client to re-create it.
+ */
+export async function ensureBootstrapClient(
+  store: Store,
+  clock: Clock,
+  bootstrap: { clientId: string; clientSecret: string },
+): Promise<"created" | "exists"> {
+  if (store.clients.get(bootstrap.clientId) !== undefined) return "exists";
+  await createSuperAdminClient(store, clock, bootstrap);
+  return "created";
+}

@@ -1,0 +1,43 @@
+import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from "node:crypto";
+
+/**
+ * Client secrets are stored only as scrypt hashes: `scrypt$<N>$<r>$<p>$<salt>$<hash>` (base64url),
+ * so the cost can be raised later without invalidating stored secrets.
+ */
+const cost = { N: 16384, r: 8, p: 1 } as const;
+const keyLength = 32;
+
+function derive(secret: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const maxmem = 256 * (options.N ?? cost.N) * (options.r ?? cost.r) + 1024 * 1024;
+    scrypt(secret, salt, keyLength, { ...options, maxmem }, (err, key) => (err === null ? resolve(key) : reject(err)));
+  });
+}
+
+export async function hashSecret(secret: string): Promise<string> {
+  const salt = randomBytes(16);
+  const hash = await derive(secret, salt, cost);
+  return ["scrypt", cost.N, cost.r, cost.p, salt.toString("base64url"), hash.toString("base64url")].join("$");
+}
+
+/** Constant-time comparison against a stored hash; false for a malformed hash. */
+export async function verifySecret(secret: string, stored: string): Promise<boolean> {
+  const [scheme, n, r, p, salt, hash] = stored.split("$");
+  if (scheme !== "scrypt" || n === undefined || r === undefined || p === undefined || salt === undefined || hash === undefined) {
+    return false;
+  }
+  const expected = Buffer.from(hash, "base64url");
+  const actual = await derive(secret, Buffer.from(salt, "base64url"), { N: Number(n), r: Number(r), p: Number(p) });
+  return actual.length === expected.length && timingSafeEqual(actual, expected);
+}
+
+/**
+ * A hash no secret matches (its salt and hash are random): checked against when the client id is
+ * unknown, so an unknown client costs the same time as a wrong secret.
+ */
+export const decoyHash = ["scrypt", cost.N, cost.r, cost.p, randomBytes(16).toString("base64url"), randomBytes(keyLength).toString("base64url")].join("$");
+
+/** A new client secret: 256 random bits, base64url text. */
+export function newClientSecret(): string {
+  return randomBytes(32).toString("base64url");
+}

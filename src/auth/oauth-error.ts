@@ -1,0 +1,46 @@
+import type { NodeResponse } from "../server/json-error.js";
+
+/** RFC 6749 section 5.2 error codes, plus RFC 8628's `slow_down` for the brute-force limiter. */
+export type OAuthErrorCode = "invalid_request" | "invalid_client" | "unsupported_grant_type" | "slow_down";
+
+/** A token-endpoint failure, answered as `{"error", "error_description"}`. */
+export class OAuthError extends Error {
+  constructor(
+    readonly error: OAuthErrorCode,
+    readonly description: string,
+    readonly status: number = statusOf(error),
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(`${error}: ${description}`);
+    this.name = "OAuthError";
+  }
+}
+
+function statusOf(error: OAuthErrorCode): number {
+  switch (error) {
+    case "invalid_client":
+      return 401;
+    case "slow_down":
+      return 429;
+    default:
+      return 400;
+  }
+}
+
+/** Token responses must never be cached (RFC 6749 section 5.1). */
+export const noStoreHeaders = { "cache-control": "no-store", pragma: "no-cache" } as const;
+
+export function writeOAuthJson(res: NodeResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, {
+    ...headers,
+    ...noStoreHeaders,
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(body),
+  });
+  res.end(body);
+}
+
+export function writeOAuthError(res: NodeResponse, e: OAuthError): void {
+  writeOAuthJson(res, e.status, { error: e.error, error_description: e.description }, e.headers);
+}

@@ -1,0 +1,86 @@
+import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import type { Database } from "./database.js";
+
+/** An API client: credentials for the token endpoint, acting as one user. */
+export interface Client {
+  id: string;
+  userId: string;
+  displayName: string;
+  /** scrypt hash of the secret (client_secret_post); undefined for private_key_jwt clients. */
+  secretHash: string | undefined;
+  /** The registered public JWK as JSON text (private_key_jwt); undefined for secret clients. */
+  publicJwk: string | undefined;
+  createdAt: number;
+}
+
+/** Who a client acts as, read on every authenticated request. */
+export interface ClientPrincipal {
+  userId: string;
+  roles: Role[];
+}
+
+interface ClientRow {
+  id: string;
+  user_id: string;
+  display_name: string;
+  secret_hash: string | null;
+  public_jwk: string | null;
+  created_at: number;
+}
+
+const toClient = (row: ClientRow): Client => ({
+  id: row.id,
+  userId: row.user_id,
+  displayName: row.display_name,
+  secretHash: row.secret_hash ?? undefined,
+  publicJwk: row.public_jwk ?? undefined,
+  createdAt: row.created_at,
+});
+
+export class ClientsRepository {
+  private readonly insertStmt;
+  private readonly getStmt;
+  private readonly pageStmt;
+  private readonly deleteStmt;
+  private readonly principalStmt;
+
+  constructor(db: Database) {
+    this.insertStmt = db.prepare<[string, string, string, string | null, string | null, number]>(
+      "INSERT INTO clients (id, user_id, display_name, secret_hash, public_jwk, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+    );
+    this.getStmt = db.prepare<[string], ClientRow>("SELECT * FROM clients WHERE id = ?");
+    this.pageStmt = db.prepare<[string, number], ClientRow>("SELECT * FROM clients WHERE id > ? ORDER BY id LIMIT ?");
+    this.deleteStmt = db.prepare<[string]>("DELETE FROM clients WHERE id = ?");
+    // One indexed lookup per request: a deleted client (or user) has no row, so its tokens fail at once.
+    this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null }>(
+      `SELECT c.user_id, group_concat(r.role) AS roles
+       FROM clients c LEFT JOIN user_roles r ON r.user_id = c.user_id
+       WHERE c.id = ? GROUP BY c.id`,
+    );
+  }
+
+  insert(c: Client): void {
+    this.insertStmt.run(c.id, c.userId, c.displayName, c.secretHash ?? null, c.publicJwk ?? null, c.createdAt);
+  }
+
+  get(id: string): Client | undefined {
+    const row = this.getStmt.get(id);
+    return row === undefined ? undefined : toClient(row);
+  }
+
+  listAfter(after: string | undefined, limit: number): Client[] {
+    return this.pageStmt.all(after ?? "", limit).map(toClient);
+  }
+
+  /** True when a client was deleted. */
+  delete(id: string): boolean {
+    return this.deleteStmt.run(id).changes > 0;
+  }
+
+  principalOf(clientId: string): ClientPrincipal | undefined {
+    const row = this.principalStmt.get(clientId);
+    if (row === undefined) return undefined;
+    const roles = row.roles === null ? [] : row.roles.split(",").map((r) => Number(r) as Role);
+    return { userId: row.user_id, roles };
+  }
+}
