@@ -1,4 +1,5 @@
 import { isIP } from "node:net";
+import { parseCidr } from "./webhooks/cidr.js";
 
 /** Every ACCESSD_* variable, parsed and validated once at start. */
 export interface Config {
@@ -17,6 +18,14 @@ export interface Config {
   bootstrapClient: { clientId: string; clientSecret: string } | undefined;
   /** Lifetime of issued access tokens, in milliseconds. */
   tokenTtlMs: number;
+  /** CIDRs of reverse proxies whose `X-Forwarded-For` is believed (webhook IP checks). */
+  trustedProxies: string[];
+  /** Allow `http://` JWKS URLs on loopback hosts (development and tests only). */
+  jwksAllowHttp: boolean;
+  /** How long webhook event records (idempotency) are kept, in milliseconds. */
+  eventRetentionMs: number;
+  /** 32-byte key encrypting webhook secrets at rest; undefined: a key file beside the database. */
+  dataKey: Buffer | undefined;
 }
 
 export type LogLevel = "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
@@ -42,6 +51,10 @@ export const configDefaults: Config = {
   requestTimeoutMs: 30_000,
   bootstrapClient: undefined,
   tokenTtlMs: 3_600_000,
+  trustedProxies: [],
+  jwksAllowHttp: false,
+  eventRetentionMs: 7 * 86_400_000,
+  dataKey: undefined,
 };
 
 type Env = Record<string, string | undefined>;
@@ -58,6 +71,10 @@ export function loadConfig(env: Env = process.env): Config {
       parseDuration(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
     bootstrapClient: parseBootstrapClient(env) ?? configDefaults.bootstrapClient,
     tokenTtlMs: parseTokenTtl(env, "ACCESSD_TOKEN_TTL") ?? configDefaults.tokenTtlMs,
+    trustedProxies: parseCidrList(env, "ACCESSD_TRUSTED_PROXIES") ?? configDefaults.trustedProxies,
+    jwksAllowHttp: parseBoolean(env, "ACCESSD_JWKS_ALLOW_HTTP") ?? configDefaults.jwksAllowHttp,
+    eventRetentionMs: parseDuration(env, "ACCESSD_EVENT_RETENTION") ?? configDefaults.eventRetentionMs,
+    dataKey: parseDataKey(env, "ACCESSD_DATA_KEY") ?? configDefaults.dataKey,
   };
 }
 
@@ -132,6 +149,40 @@ export function parseDuration(env: Env, name: string): number | undefined {
   const ms = Number(match[1]) * (durationUnits[unit] ?? 1);
   if (ms <= 0) throw new ConfigError(name, "must be longer than zero");
   return ms;
+}
+
+/** Comma- or space-separated CIDRs (`10.0.0.0/8, 2001:db8::/32`). */
+function parseCidrList(env: Env, name: string): string[] | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  const cidrs = value.split(/[\s,]+/).filter((c) => c !== "");
+  for (const cidr of cidrs) {
+    if (parseCidr(cidr) === undefined) throw new ConfigError(name, `"${cidr}" is not a CIDR such as 10.0.0.0/8`);
+  }
+  return cidrs;
+}
+
+function parseBoolean(env: Env, name: string): boolean | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  if (value === "true" || value === "1") return true;
+  if (value === "false" || value === "0") return false;
+  throw new ConfigError(name, `"${value}" is not true or false`);
+}
+
+/** 32 bytes written as 64 hex digits or as base64/base64url (43 or 44 characters). */
+function parseDataKey(env: Env, name: string): Buffer | undefined {
+  const value = read(env, name);
+  if (value === undefined) return undefined;
+  const key = /^[0-9a-fA-F]{64}$/.test(value)
+    ? Buffer.from(value, "hex")
+    : /^[A-Za-z0-9_+/-]{43}=?$/.test(value)
+      ? Buffer.from(value, "base64url")
+      : undefined;
+  if (key === undefined || key.length !== 32) {
+    throw new ConfigError(name, "must be 32 bytes written as 64 hex digits or base64url (e.g. `openssl rand -hex 32`)");
+  }
+  return key;
 }
 
 /** Both variables or neither; the id as a URL-safe name, the secret long enough to resist guessing. */

@@ -1,13 +1,15 @@
 import { AppEntitlementOwnersRepository } from "./app-entitlement-owners-repository.js";
 import { AppEntitlementsRepository } from "./app-entitlements-repository.js";
 import { AppsRepository } from "./apps-repository.js";
+import { AutomationsRepository } from "./automations-repository.js";
 import { AssertionJtisRepository } from "./assertion-jtis-repository.js";
 import { ClientsRepository } from "./clients-repository.js";
 import { openDatabase, type Database } from "./database.js";
+import { ExecutionsRepository } from "./executions-repository.js";
 import { SettingsRepository } from "./settings-repository.js";
 import { SigningKeysRepository } from "./signing-keys-repository.js";
-import { UserRolesRepository } from "./user-roles-repository.js";
 import { UsersRepository } from "./users-repository.js";
+import { WebhookRepositories } from "./webhook-repositories.js";
 
 /**
  * The store: one SQLite database and a repository per aggregate. better-sqlite3 is synchronous,
@@ -19,7 +21,9 @@ export class Store {
   readonly users: UsersRepository;
   readonly owners: AppEntitlementOwnersRepository;
   readonly settings: SettingsRepository;
-  readonly userRoles: UserRolesRepository;
+  readonly automations: AutomationsRepository;
+  readonly executions: ExecutionsRepository;
+  readonly webhooks: WebhookRepositories;
   readonly clients: ClientsRepository;
   readonly signingKeys: SigningKeysRepository;
   readonly assertionJtis: AssertionJtisRepository;
@@ -32,7 +36,9 @@ export class Store {
     this.users = new UsersRepository(db);
     this.owners = new AppEntitlementOwnersRepository(db);
     this.settings = new SettingsRepository(db);
-    this.userRoles = new UserRolesRepository(db);
+    this.automations = new AutomationsRepository(db);
+    this.executions = new ExecutionsRepository(db);
+    this.webhooks = new WebhookRepositories(db);
     this.clients = new ClientsRepository(db);
     this.signingKeys = new SigningKeysRepository(db);
     this.assertionJtis = new AssertionJtisRepository(db);

@@ -1,0 +1,84 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import {
+  type Automations,
+  WebhookDeliverySchema,
+  type WebhookDelivery,
+} from "../../gen/svc/api/automations/v1/automation_pb.js";
+import type { TriggerConfig } from "../automations/trigger-config.js";
+import { listingFingerprint, paginate } from "../pagination/index.js";
+import type { WebhookDeliveryRecord } from "../store/webhook-deliveries-repository.js";
+import { defaultRotationGraceMs, type WebhookSecretStore } from "../webhooks/index.js";
+import { invalidArgument, notFound, requireField } from "./errors.js";
+import type { ServiceContext } from "./service-context.js";
+
+/** The webhook RPCs of svc.api.automations.v1.Automations; merged with the rest at registration. */
+export type AutomationWebhooksImpl = Pick<ServiceImpl<typeof Automations>, "rotateWebhookSecret" | "listWebhookDeliveries">;
+
+export interface AutomationWebhooksDeps {
+  secrets: WebhookSecretStore;
+  /** The automation's trigger; undefined when there is no such automation. */
+  triggerOf(automationId: string): TriggerConfig | undefined;
+}
+
+/** A grace period longer than this is refused: a leaked old secret should not live for months. */
+const maxGraceMs = 30 * 86_400_000;
+
+export function automationWebhooksService(
+  { store, pageTokens }: ServiceContext,
+  { secrets, triggerOf }: AutomationWebhooksDeps,
+): AutomationWebhooksImpl {
+  const triggerOrThrow = (id: string): TriggerConfig => {
+    const trigger = triggerOf(id);
+    if (trigger === undefined) throw notFound("automation", id);
+    return trigger;
+  };
+
+  return {
+    rotateWebhookSecret(req) {
+      const id = requireField(req.id, "id");
+      const graceMs = req.gracePeriod === undefined ? defaultRotationGraceMs : durationMs(req.gracePeriod);
+      if (graceMs < 0 || graceMs > maxGraceMs) {
+        throw invalidArgument("gracePeriod must be between 0s and 30 days");
+      }
+      return store.transaction(() => {
+        const trigger = triggerOrThrow(id);
+        if (trigger.kind !== "webhook" || trigger.authMethod !== "HMAC") {
+          throw new ConnectError(`automation ${JSON.stringify(id)} has no HMAC webhook trigger`, Code.FailedPrecondition);
+        }
+        const rotated = secrets.rotate(id, graceMs);
+        return {
+          webhookSecret: rotated.secret,
+          previousSecretExpiresAt: timestampFromMs(rotated.previousExpiresAt),
+        };
+      });
+    },
+
+    listWebhookDeliveries(req) {
+      const id = requireField(req.id, "id");
+      triggerOrThrow(id);
+      const page = paginate(pageTokens, listingFingerprint("webhook_deliveries", id), req, (before, limit) =>
+        store.webhooks.deliveries.listBefore(id, before, limit),
+      );
+      return { list: page.items.map(deliveryMessage), nextPageToken: page.nextPageToken };
+    },
+  };
+}
+
+function durationMs(d: Duration): number {
+  return Number(d.seconds) * 1000 + Math.trunc(d.nanos / 1_000_000);
+}
+
+function deliveryMessage(d: WebhookDeliveryRecord): WebhookDelivery {
+  return create(WebhookDeliverySchema, {
+    id: d.id,
+    eventId: d.eventId,
+    status: d.status,
+    reason: d.reason,
+    sourceIp: d.sourceIp,
+    sizeBytes: BigInt(d.sizeBytes),
+    receivedAt: timestampFromMs(d.receivedAt),
+    executionId: d.executionId,
+  });
+}

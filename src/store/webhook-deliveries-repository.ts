@@ -1,0 +1,109 @@
+import type { Database } from "./database.js";
+
+/** One inbound webhook request and its verdict; never the body or a secret. */
+export interface WebhookDeliveryRecord {
+  id: string;
+  automationId: string;
+  eventId: string;
+  status: number;
+  reason: string;
+  sourceIp: string;
+  sizeBytes: number;
+  receivedAt: number;
+  /** "" unless the request was accepted. */
+  executionId: string;
+}
+
+interface DeliveryRow {
+  id: string;
+  automation_id: string;
+  event_id: string;
+  status: number;
+  reason: string;
+  source_ip: string;
+  size_bytes: number;
+  received_at: number;
+  execution_id: string;
+}
+
+const toDelivery = (row: DeliveryRow): WebhookDeliveryRecord => ({
+  id: row.id,
+  automationId: row.automation_id,
+  eventId: row.event_id,
+  status: row.status,
+  reason: row.reason,
+  sourceIp: row.source_ip,
+  sizeBytes: row.size_bytes,
+  receivedAt: row.received_at,
+  executionId: row.execution_id,
+});
+
+export class WebhookDeliveriesRepository {
+  private readonly insertStmt;
+  private readonly firstPageStmt;
+  private readonly nextPageStmt;
+  private readonly automationsStmt;
+  private readonly keepNewestStmt;
+  private readonly deleteOlderStmt;
+  private readonly deleteForStmt;
+
+  constructor(db: Database) {
+    this.insertStmt = db.prepare<[string, string, string, number, string, string, number, number, string]>(
+      `INSERT INTO webhook_deliveries
+         (id, automation_id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    // Newest first: ids are UUIDv7, so descending id is descending arrival.
+    this.firstPageStmt = db.prepare<[string, number], DeliveryRow>(
+      "SELECT * FROM webhook_deliveries WHERE automation_id = ? ORDER BY id DESC LIMIT ?",
+    );
+    this.nextPageStmt = db.prepare<[string, string, number], DeliveryRow>(
+      "SELECT * FROM webhook_deliveries WHERE automation_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+    );
+    this.automationsStmt = db
+      .prepare<[], string>("SELECT DISTINCT automation_id FROM webhook_deliveries")
+      .pluck();
+    this.keepNewestStmt = db.prepare<[string, string, number]>(
+      `DELETE FROM webhook_deliveries WHERE automation_id = ? AND id <= (
+         SELECT id FROM webhook_deliveries WHERE automation_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
+    );
+    this.deleteOlderStmt = db.prepare<[number]>("DELETE FROM webhook_deliveries WHERE received_at < ?");
+    this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_deliveries WHERE automation_id = ?");
+  }
+
+  insert(d: WebhookDeliveryRecord): void {
+    this.insertStmt.run(
+      d.id,
+      d.automationId,
+      d.eventId,
+      d.status,
+      d.reason,
+      d.sourceIp,
+      d.sizeBytes,
+      d.receivedAt,
+      d.executionId,
+    );
+  }
+
+  /** Up to `limit` deliveries of the automation older than `before` (all when undefined), newest first. */
+  listBefore(automationId: string, before: string | undefined, limit: number): WebhookDeliveryRecord[] {
+    const rows =
+      before === undefined
+        ? this.firstPageStmt.all(automationId, limit)
+        : this.nextPageStmt.all(automationId, before, limit);
+    return rows.map(toDelivery);
+  }
+
+  /** Keeps the newest `perAutomation` deliveries of each automation and none older than `cutoff`. */
+  trim(perAutomation: number, cutoff: number): number {
+    let deleted = this.deleteOlderStmt.run(cutoff).changes;
+    for (const automationId of this.automationsStmt.all()) {
+      deleted += this.keepNewestStmt.run(automationId, automationId, perAutomation).changes;
+    }
+    return deleted;
+  }
+
+  deleteFor(automationId: string): void {
+    this.deleteForStmt.run(automationId);
+  }
+}

@@ -1,0 +1,40 @@
+import type { Database } from "./database.js";
+
+/** The (listener, Webhook-Event-Id) pairs already accepted: the idempotency record of spec 2.4. */
+export class WebhookEventsRepository {
+  private readonly existsStmt;
+  private readonly insertStmt;
+  private readonly deleteOlderStmt;
+  private readonly countStmt;
+
+  constructor(db: Database) {
+    this.existsStmt = db
+      .prepare<[string, string], number>("SELECT 1 FROM webhook_events WHERE listener_id = ? AND event_id = ?")
+      .pluck();
+    this.insertStmt = db.prepare<[string, string, number, string]>(
+      "INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)",
+    );
+    this.deleteOlderStmt = db.prepare<[number]>("DELETE FROM webhook_events WHERE received_at < ?");
+    this.countStmt = db
+      .prepare<[string], number>("SELECT count(*) FROM webhook_events WHERE listener_id = ?")
+      .pluck();
+  }
+
+  has(listenerId: string, eventId: string): boolean {
+    return this.existsStmt.get(listenerId, eventId) !== undefined;
+  }
+
+  /** Throws on a duplicate (primary key): call inside the transaction that checked `has`. */
+  insert(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): void {
+    this.insertStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId);
+  }
+
+  /** Deletes the records received before `cutoff`; returns how many. */
+  deleteReceivedBefore(cutoff: number): number {
+    return this.deleteOlderStmt.run(cutoff).changes;
+  }
+
+  countFor(listenerId: string): number {
+    return this.countStmt.get(listenerId) ?? 0;
+  }
+}

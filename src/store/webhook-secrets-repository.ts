@@ -1,0 +1,83 @@
+import type { Database } from "./database.js";
+
+/** A listener's HMAC secret as stored: sealed (encrypted), never in clear. */
+export interface StoredWebhookSecret {
+  id: string;
+  automationId: string;
+  sealed: Buffer;
+  createdAt: number;
+  /** undefined for the current secret; the end of the grace period of a rotated-out one. */
+  expiresAt: number | undefined;
+}
+
+interface SecretRow {
+  id: string;
+  automation_id: string;
+  sealed: Buffer;
+  created_at: number;
+  expires_at: number | null;
+}
+
+const toSecret = (row: SecretRow): StoredWebhookSecret => ({
+  id: row.id,
+  automationId: row.automation_id,
+  sealed: row.sealed,
+  createdAt: row.created_at,
+  expiresAt: row.expires_at ?? undefined,
+});
+
+export class WebhookSecretsRepository {
+  private readonly insertStmt;
+  private readonly validStmt;
+  private readonly currentStmt;
+  private readonly expireStmt;
+  private readonly deleteForStmt;
+  private readonly deleteExpiredStmt;
+
+  constructor(db: Database) {
+    this.insertStmt = db.prepare<[string, string, Buffer, number]>(
+      "INSERT INTO webhook_secrets (id, automation_id, sealed, created_at, expires_at) VALUES (?, ?, ?, ?, NULL)",
+    );
+    this.validStmt = db.prepare<[string, number], SecretRow>(
+      "SELECT * FROM webhook_secrets WHERE automation_id = ? AND (expires_at IS NULL OR expires_at > ?) ORDER BY id DESC",
+    );
+    this.currentStmt = db.prepare<[string], SecretRow>(
+      "SELECT * FROM webhook_secrets WHERE automation_id = ? AND expires_at IS NULL",
+    );
+    // A secret already in its grace period keeps the earlier of its own end and the new one.
+    this.expireStmt = db.prepare<[number, number, string]>(
+      "UPDATE webhook_secrets SET expires_at = min(coalesce(expires_at, ?), ?) WHERE automation_id = ?",
+    );
+    this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_secrets WHERE automation_id = ?");
+    this.deleteExpiredStmt = db.prepare<[number]>(
+      "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL AND expires_at <= ?",
+    );
+  }
+
+  insert(secret: { id: string; automationId: string; sealed: Buffer; createdAt: number }): void {
+    this.insertStmt.run(secret.id, secret.automationId, secret.sealed, secret.createdAt);
+  }
+
+  /** The secrets a signature may be made with at `now`: the current one and any in grace, newest first. */
+  valid(automationId: string, now: number): StoredWebhookSecret[] {
+    return this.validStmt.all(automationId, now).map(toSecret);
+  }
+
+  current(automationId: string): StoredWebhookSecret | undefined {
+    const row = this.currentStmt.get(automationId);
+    return row === undefined ? undefined : toSecret(row);
+  }
+
+  /** Every secret of the automation stops being valid at `expiresAt` (or earlier, if it already did). */
+  expireAll(automationId: string, expiresAt: number): void {
+    this.expireStmt.run(expiresAt, expiresAt, automationId);
+  }
+
+  deleteFor(automationId: string): void {
+    this.deleteForStmt.run(automationId);
+  }
+
+  deleteExpired(now: number): number {
+    return this.deleteExpiredStmt.run(now).changes;
+  }
+}

@@ -1,0 +1,53 @@
+import type { JsonValue } from "@bufbuild/protobuf";
+import type { Store } from "../store/store.js";
+import { Rejection } from "./rejection.js";
+
+/** The automations module's durable queue: creates a PENDING execution inside the caller's transaction. */
+export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string }) => {
+  executionId: string;
+};
+
+export interface AcceptedEvent {
+  executionId: string;
+}
+
+export interface EventToAccept {
+  listenerId: string;
+  automationId: string;
+  eventId: string;
+  trigger: JsonValue;
+  receivedAt: number;
+}
+
+/**
+ * Stage 9: record (listener, event id) and create the execution in one IMMEDIATE transaction, so
+ * an event is either recorded with its execution or not at all, and of two requests with the same
+ * event id exactly one gets past the check (the primary key guards the rest).
+ */
+export class EventAcceptance {
+  constructor(
+    private readonly store: Store,
+    private readonly enqueue: EnqueueExecution,
+    /** Tells the worker there is work, after the commit. */
+    private readonly wake: () => void,
+  ) {}
+
+  accept(event: EventToAccept): AcceptedEvent | Rejection {
+    const events = this.store.webhooks.events;
+    const accepted = this.store.transaction(() => {
+      if (events.has(event.listenerId, event.eventId)) return undefined;
+      const { executionId } = this.enqueue({
+        automationId: event.automationId,
+        trigger: event.trigger,
+        eventId: event.eventId,
+      });
+      events.insert({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId });
+      return { executionId };
+    });
+    if (accepted === undefined) {
+      return new Rejection(409, "duplicate_event", "this Webhook-Event-Id was already accepted by this listener");
+    }
+    this.wake();
+    return accepted;
+  }
+}

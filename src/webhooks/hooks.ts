@@ -1,0 +1,38 @@
+import type { TriggerConfig, WebhookTriggerConfig, WebhookTriggerHooks } from "../automations/trigger-config.js";
+import type { WebhookDeliveriesRepository } from "../store/webhook-deliveries-repository.js";
+import type { WebhookSecretStore } from "./secret-store.js";
+import { validateWebhookTrigger } from "./trigger-validation.js";
+
+export interface WebhookHooksDeps {
+  secrets: WebhookSecretStore;
+  deliveries: WebhookDeliveriesRepository;
+  jwksAllowHttp: boolean;
+}
+
+/**
+ * What the automations service calls, inside its save transaction, for a webhook trigger: validate
+ * the JWKS URL and CIDRs; issue an HMAC secret when a trigger becomes HMAC (shown once); drop
+ * secrets and the delivery log when they no longer apply.
+ */
+export function webhookTriggerHooks({ secrets, deliveries, jwksAllowHttp }: WebhookHooksDeps): WebhookTriggerHooks {
+  return {
+    validate(trigger: WebhookTriggerConfig): void {
+      validateWebhookTrigger(trigger, { jwksAllowHttp });
+    },
+
+    saved(automationId: string, trigger: WebhookTriggerConfig, previous: TriggerConfig | undefined): string | undefined {
+      if (trigger.authMethod !== "HMAC") {
+        secrets.remove(automationId);
+        return undefined;
+      }
+      const wasHmac = previous?.kind === "webhook" && previous.authMethod === "HMAC";
+      if (wasHmac && secrets.hasCurrent(automationId)) return undefined;
+      return secrets.replace(automationId);
+    },
+
+    deleted(automationId: string): void {
+      secrets.remove(automationId);
+      deliveries.deleteFor(automationId);
+    },
+  };
+}

@@ -1,0 +1,73 @@
+import type { WebhookTriggerHooks } from "../automations/trigger-config.js";
+import type { Clock } from "../clock.js";
+import type { Logger } from "../logger.js";
+import type { RawRoute } from "../server/http-server.js";
+import type { Store } from "../store/store.js";
+import { DeliveryLog } from "./delivery-log.js";
+import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
+import { webhookTriggerHooks } from "./hooks.js";
+import { IpRestrictions } from "./ip-restriction.js";
+import { JwksCache, type JwksCacheOptions } from "./jwks-cache.js";
+import type { FindListener } from "./listener-lookup.js";
+import { WebhookPipeline } from "./pipeline.js";
+import { SecretCipher } from "./secret-cipher.js";
+import { WebhookSecretStore } from "./secret-store.js";
+import { SourceIpResolver } from "./source-ip.js";
+import { webhookRoute } from "./webhook-route.js";
+
+export { defaultRotationGraceMs, WebhookSecretStore } from "./secret-store.js";
+export { resolveDataKey } from "./data-key.js";
+export { webhookEndpointUrl, webhookPathPrefix } from "./endpoint-url.js";
+export { signHmacWebhook, signJwtWebhook, algorithmOf, type SignedHeaders, type JwtAlgorithm } from "./sign-request.js";
+export type { EnqueueExecution } from "./event-acceptance.js";
+export type { FindListener } from "./listener-lookup.js";
+
+export interface WebhooksOptions {
+  store: Store;
+  clock: Clock;
+  log: Logger;
+  baseUrl: string;
+  trustedProxies: readonly string[];
+  jwksAllowHttp: boolean;
+  /** The 32-byte key sealing HMAC secrets at rest (see resolveDataKey). */
+  dataKey: Buffer;
+  /** The automation behind a listener id (the automations repository). */
+  findListener: FindListener;
+  /** Creates a PENDING execution inside the caller's transaction (the automations queue). */
+  enqueueExecution: EnqueueExecution;
+  /** Wakes the execution worker after a commit. */
+  wakeWorker: () => void;
+  jwks?: Partial<JwksCacheOptions>;
+}
+
+export interface Webhooks {
+  route: RawRoute;
+  hooks: WebhookTriggerHooks;
+  secrets: WebhookSecretStore;
+}
+
+/** The inbound-webhook module, built once: its raw route, the trigger hooks and the secret store. */
+export function createWebhooks(options: WebhooksOptions): Webhooks {
+  const { store, clock } = options;
+  const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(options.dataKey), clock);
+  const acceptance = new EventAcceptance(store, options.enqueueExecution, options.wakeWorker);
+  const pipeline = new WebhookPipeline({
+    clock,
+    baseUrl: options.baseUrl,
+    findListener: options.findListener,
+    sourceIp: new SourceIpResolver(options.trustedProxies),
+    ipRestrictions: new IpRestrictions(),
+    hmacKeys: (automationId) => secrets.validKeys(automationId),
+    jwks: new JwksCache(options.jwks),
+    accept: (event) => acceptance.accept(event),
+  });
+  return {
+    route: webhookRoute(pipeline, new DeliveryLog(store.webhooks.deliveries), options.log),
+    hooks: webhookTriggerHooks({
+      secrets,
+      deliveries: store.webhooks.deliveries,
+      jwksAllowHttp: options.jwksAllowHttp,
+    }),
+    secrets,
+  };
+}

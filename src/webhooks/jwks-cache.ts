@@ -1,0 +1,78 @@
+import { createRemoteJWKSet, customFetch, type FetchImplementation, type RemoteJWKSet } from "jose";
+
+export interface JwksCacheOptions {
+  /** A fetch (connect, headers and body) that takes longer is abandoned: 401, not a hang. */
+  timeoutMs: number;
+  /** After a successful fetch, an unknown `kid` triggers a refetch only once this has passed. */
+  cooldownMs: number;
+  /** Keys are refetched when older than this. */
+  maxAgeMs: number;
+  /** A JWKS document larger than this is refused. */
+  maxBytes: number;
+  /** Most distinct JWKS URLs kept; beyond it the cache starts over. */
+  maxUrls: number;
+}
+
+export const defaultJwksCacheOptions: JwksCacheOptions = {
+  timeoutMs: 2_000,
+  cooldownMs: 30_000,
+  maxAgeMs: 10 * 60_000,
+  maxBytes: 64 * 1024,
+  maxUrls: 1_000,
+};
+
+/** One jose remote key set per JWKS URL, shared by every listener that names it. */
+export class JwksCache {
+  private readonly sets = new Map<string, RemoteJWKSet>();
+  private readonly options: JwksCacheOptions;
+  private readonly fetchCapped: FetchImplementation;
+
+  constructor(options: Partial<JwksCacheOptions> = {}) {
+    this.options = { ...defaultJwksCacheOptions, ...options };
+    this.fetchCapped = cappedFetch(this.options.maxBytes);
+  }
+
+  get(url: string): RemoteJWKSet {
+    let set = this.sets.get(url);
+    if (set === undefined) {
+      if (this.sets.size >= this.options.maxUrls) this.sets.clear();
+      set = createRemoteJWKSet(new URL(url), {
+        timeoutDuration: this.options.timeoutMs,
+        cooldownDuration: this.options.cooldownMs,
+        cacheMaxAge: this.options.maxAgeMs,
+        [customFetch]: this.fetchCapped,
+      });
+      this.sets.set(url, set);
+    }
+    return set;
+  }
+}
+
+export class JwksTooLargeError extends Error {
+  constructor(limit: number) {
+    super(`the JWKS document is larger than ${limit} bytes`);
+    this.name = "JwksTooLargeError";
+  }
+}
+
+/** fetch that reads at most `limit` bytes of the body (jose's timeout signal covers the reading too). */
+function cappedFetch(limit: number): FetchImplementation {
+  return async (url, init) => {
+    const response = await fetch(url, init);
+    const declared = Number(response.headers.get("content-length"));
+    if (Number.isFinite(declared) && declared > limit) {
+      await response.body?.cancel();
+      throw new JwksTooLargeError(limit);
+    }
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    if (response.body !== null) {
+      for await (const chunk of response.body) {
+        size += chunk.byteLength;
+        if (size > limit) throw new JwksTooLargeError(limit);
+        chunks.push(chunk);
+      }
+    }
+    return new Response(Buffer.concat(chunks, size), { status: response.status, headers: response.headers });
+  };
+}

@@ -1,0 +1,114 @@
+import { createHash } from "node:crypto";
+import { decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type ProtectedHeaderParameters } from "jose";
+import type { JwksCache } from "./jwks-cache.js";
+import { unauthenticated, type Rejection } from "./rejection.js";
+
+/** Spec 5.2: RS256, ES256 and EdDSA only; never `none` or an HMAC algorithm. */
+export const allowedJwtAlgorithms: readonly string[] = ["RS256", "ES256", "EdDSA"];
+/** Spec 5.2: `exp` at most 10 minutes after the current time. */
+export const maxJwtLifetimeSeconds = 600;
+const requiredClaims = ["sub", "aud", "exp", "jti", "htm", "htb_s256"];
+
+export interface JwtCheckInput {
+  authorization: string | undefined;
+  jwksUrl: string;
+  /** The tenant base URL: the required `sub`. */
+  baseUrl: string;
+  /** This listener's full endpoint URL: the required `aud`. */
+  endpointUrl: string;
+  /** The Webhook-Event-Id header as sent: the required `jti`. */
+  eventId: string;
+  body: Uint8Array;
+  nowMs: number;
+}
+
+/**
+ * Stage 6 for JWT listeners. Every failure, including a JWKS that cannot be fetched, is a 401
+ * with a reason naming the check (`jwt_claim_aud`, `jwks_unreachable`, ...).
+ */
+export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): Promise<Rejection | undefined> {
+  const token = bearerToken(input.authorization);
+  if (token === undefined) {
+    return unauthenticated("authorization_missing", "Authorization: Bearer <JWT> is required for this listener");
+  }
+  let header: ProtectedHeaderParameters;
+  try {
+    header = decodeProtectedHeader(token);
+  } catch {
+    return unauthenticated("jwt_malformed", "the bearer token is not a JWS compact JWT");
+  }
+  if (typeof header.alg !== "string" || !allowedJwtAlgorithms.includes(header.alg)) {
+    return unauthenticated("jwt_alg_not_allowed", `JWT alg must be one of ${allowedJwtAlgorithms.join(", ")}`);
+  }
+  if (typeof header.kid !== "string" || header.kid === "") {
+    return unauthenticated("jwt_kid_missing", "the JWT header must name its key (kid)");
+  }
+  let payload: JWTPayload;
+  try {
+    ({ payload } = await jwtVerify(token, jwks.get(input.jwksUrl), {
+      algorithms: [...allowedJwtAlgorithms],
+      subject: input.baseUrl,
+      audience: input.endpointUrl,
+      requiredClaims,
+      currentDate: new Date(input.nowMs),
+    }));
+  } catch (e) {
+    return rejectionOf(e);
+  }
+  return checkWebhookClaims(payload, input);
+}
+
+/** The claims jose does not know: `exp` not too far ahead, `jti`, `htm`, `htb_s256`. */
+function checkWebhookClaims(payload: JWTPayload, input: JwtCheckInput): Rejection | undefined {
+  const nowSeconds = Math.floor(input.nowMs / 1000);
+  if (typeof payload.exp !== "number" || payload.exp - nowSeconds > maxJwtLifetimeSeconds) {
+    return unauthenticated("jwt_claim_exp", `JWT exp must be at most ${maxJwtLifetimeSeconds} s after the current time`);
+  }
+  if (payload.jti !== input.eventId) {
+    return unauthenticated("jwt_claim_jti", "JWT jti must equal Webhook-Event-Id");
+  }
+  if (payload["htm"] !== "POST") {
+    return unauthenticated("jwt_claim_htm", 'JWT htm must be "POST"');
+  }
+  const bodyHash = createHash("sha256").update(input.body).digest("base64url");
+  if (payload["htb_s256"] !== bodyHash) {
+    return unauthenticated("jwt_claim_htb_s256", "JWT htb_s256 is not the base64url SHA-256 of the body");
+  }
+  return undefined;
+}
+
+function bearerToken(authorization: string | undefined): string | undefined {
+  const match = /^Bearer +([A-Za-z0-9_.~+/=-]+)\s*$/i.exec(authorization ?? "");
+  return match?.[1];
+}
+
+function rejectionOf(e: unknown): Rejection {
+  if (e instanceof errors.JWTExpired) return unauthenticated("jwt_expired", "the JWT has expired");
+  if (e instanceof errors.JWTClaimValidationFailed) {
+    const claim = e.claim.replace(/[^a-z0-9_]/gi, "");
+    const problem = e.reason === "missing" ? "is missing" : "has the wrong value";
+    return unauthenticated(`jwt_claim_${claim}`, `JWT claim ${claim} ${problem}`);
+  }
+  if (e instanceof errors.JWKSNoMatchingKey) {
+    return unauthenticated("jwt_kid_unknown", "no key in the listener's JWKS matches the JWT kid and alg");
+  }
+  if (e instanceof errors.JWKSMultipleMatchingKeys) {
+    return unauthenticated("jwt_kid_ambiguous", "several keys in the listener's JWKS match the JWT kid");
+  }
+  if (e instanceof errors.JWSSignatureVerificationFailed) {
+    return unauthenticated("jwt_signature_invalid", "the JWT signature does not verify");
+  }
+  if (e instanceof errors.JOSEAlgNotAllowed) {
+    return unauthenticated("jwt_alg_not_allowed", `JWT alg must be one of ${allowedJwtAlgorithms.join(", ")}`);
+  }
+  if (e instanceof errors.JWTInvalid || e instanceof errors.JWSInvalid) {
+    return unauthenticated("jwt_malformed", "the bearer token is not a valid JWT");
+  }
+  if (e instanceof errors.JWKSTimeout) {
+    return unauthenticated("jwks_timeout", "the listener's JWKS could not be fetched in time");
+  }
+  if (e instanceof errors.JWKSInvalid || e instanceof errors.JWKInvalid || e instanceof errors.JOSENotSupported) {
+    return unauthenticated("jwks_invalid", "the listener's JWKS holds no usable key for this JWT");
+  }
+  return unauthenticated("jwks_unreachable", "the listener's JWKS could not be fetched");
+}

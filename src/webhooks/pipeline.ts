@@ -1,0 +1,150 @@
+import type { KeyObject } from "node:crypto";
+import type { WebhookListenerTarget } from "../automations/trigger-config.js";
+import type { Clock } from "../clock.js";
+import { checkActive } from "./activation.js";
+import { readCappedBody, type BodySource } from "./body-reader.js";
+import { webhookEndpointUrl } from "./endpoint-url.js";
+import type { AcceptedEvent, EventToAccept } from "./event-acceptance.js";
+import { checkEventId } from "./event-id.js";
+import { verifyHmacSignature } from "./hmac-signature.js";
+import type { IpRestrictions } from "./ip-restriction.js";
+import type { JwksCache } from "./jwks-cache.js";
+import { parseJsonBody } from "./json-body.js";
+import { verifyWebhookJwt } from "./jwt-verification.js";
+import { lookUpListener, type FindListener } from "./listener-lookup.js";
+import { Rejection } from "./rejection.js";
+import { headerValue, requireHeaders, type HeaderMap } from "./required-headers.js";
+import type { SourceIpResolver } from "./source-ip.js";
+import { checkTimestamp } from "./timestamp-window.js";
+
+export interface WebhookPipelineDeps {
+  clock: Clock;
+  /** The tenant base URL (JWT `sub`, prefix of the `aud`). */
+  baseUrl: string;
+  findListener: FindListener;
+  sourceIp: SourceIpResolver;
+  ipRestrictions: IpRestrictions;
+  /** The HMAC keys valid now for the automation's listener. */
+  hmacKeys(automationId: string): readonly KeyObject[];
+  jwks: JwksCache;
+  accept(event: EventToAccept): AcceptedEvent | Rejection;
+}
+
+export interface InboundWebhook {
+  listenerId: string;
+  /** The TCP peer address. */
+  peerAddress: string;
+  headers: HeaderMap;
+  body: BodySource;
+}
+
+/** What the delivery log records about a request, whatever its verdict. */
+export interface DeliveryFacts {
+  /** Unset when the listener is unknown. */
+  automationId: string | undefined;
+  eventId: string;
+  sourceIp: string;
+  /** Bytes read, or the declared Content-Length when the body was never read. */
+  sizeBytes: number;
+  receivedAt: number;
+  /** True once the body has been read to its end. */
+  bodyConsumed: boolean;
+}
+
+export interface Accepted extends AcceptedEvent {
+  eventId: string;
+}
+
+export interface WebhookOutcome {
+  verdict: Accepted | Rejection;
+  facts: DeliveryFacts;
+}
+
+/** The inbound pipeline of ARCHITECTURE "Inbound webhooks", stage by stage, in its binding order. */
+export class WebhookPipeline {
+  constructor(private readonly deps: WebhookPipelineDeps) {}
+
+  async run(request: InboundWebhook): Promise<WebhookOutcome> {
+    const { deps } = this;
+    const facts: DeliveryFacts = {
+      automationId: undefined,
+      eventId: "",
+      sourceIp: deps.sourceIp.resolve(request.peerAddress, request.headers["x-forwarded-for"]),
+      sizeBytes: request.body.declaredLength ?? 0,
+      receivedAt: deps.clock.now(),
+      bodyConsumed: false,
+    };
+    const verdict = await this.stages(request, facts);
+    return { verdict, facts };
+  }
+
+  private async stages(request: InboundWebhook, facts: DeliveryFacts): Promise<Accepted | Rejection> {
+    const { deps } = this;
+    // 1. listener lookup
+    const target = lookUpListener(deps.findListener, request.listenerId);
+    if (target instanceof Rejection) return target;
+    facts.automationId = target.automationId;
+    // 2. source IP
+    const ipRejection = deps.ipRestrictions.check(target.trigger, facts.sourceIp);
+    if (ipRejection !== undefined) return ipRejection;
+    // 3. required headers
+    const headers = requireHeaders(request.headers);
+    if (headers instanceof Rejection) return headers;
+    facts.eventId = headers.eventId.slice(0, 64);
+    // 4. timestamp window, event id shape
+    const timestampRejection = checkTimestamp(headers.timestamp, facts.receivedAt);
+    if (timestampRejection !== undefined) return timestampRejection;
+    const eventId = checkEventId(headers.eventId);
+    if (eventId instanceof Rejection) return eventId;
+    facts.eventId = eventId;
+    // 5. body, capped
+    const read = await readCappedBody(request.body);
+    if (read instanceof Rejection) return read;
+    facts.sizeBytes = read.body.length;
+    facts.bodyConsumed = true;
+    // 6. authentication
+    const authRejection = await this.authenticate(target, request.headers, headers.timestamp, headers.eventId, read.body);
+    if (authRejection !== undefined) return authRejection;
+    // 7. JSON
+    const trigger = parseJsonBody(read.body);
+    if (trigger instanceof Rejection) return trigger;
+    // 8. published and enabled
+    const inactive = checkActive(target);
+    if (inactive !== undefined) return inactive;
+    // 9. record and enqueue, once
+    const accepted = deps.accept({
+      listenerId: target.trigger.listenerId,
+      automationId: target.automationId,
+      eventId,
+      trigger,
+      receivedAt: facts.receivedAt,
+    });
+    if (accepted instanceof Rejection) return accepted;
+    // 10. accepted
+    return { eventId, executionId: accepted.executionId };
+  }
+
+  private authenticate(
+    target: WebhookListenerTarget,
+    headers: HeaderMap,
+    timestamp: string,
+    eventId: string,
+    body: Buffer,
+  ): Promise<Rejection | undefined> | Rejection | undefined {
+    const { deps } = this;
+    const trigger = target.trigger;
+    if (trigger.authMethod === "HMAC") {
+      const keys = deps.hmacKeys(target.automationId);
+      return verifyHmacSignature(keys, headerValue(headers, "webhook-signature"), timestamp, eventId, body);
+    }
+    return verifyWebhookJwt(deps.jwks, {
+      authorization: headerValue(headers, "authorization"),
+      jwksUrl: trigger.jwksUrl,
+      baseUrl: deps.baseUrl,
+      endpointUrl: webhookEndpointUrl(deps.baseUrl, trigger.listenerId),
+      eventId,
+      body,
+      nowMs: deps.clock.now(),
+    });
+  }
+}

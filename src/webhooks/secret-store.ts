@@ -1,0 +1,78 @@
+import { randomBytes, type KeyObject } from "node:crypto";
+import type { Clock } from "../clock.js";
+import { newId } from "../store/ids.js";
+import type { WebhookSecretsRepository } from "../store/webhook-secrets-repository.js";
+import { hmacKey } from "./hmac-signature.js";
+import type { SecretCipher } from "./secret-cipher.js";
+
+/** RotateWebhookSecret keeps the previous secret valid this long unless told otherwise. */
+export const defaultRotationGraceMs = 24 * 3_600_000;
+
+const maxCachedKeys = 10_000;
+
+export interface RotatedSecret {
+  secret: string;
+  previousExpiresAt: number;
+}
+
+/**
+ * HMAC listener secrets: 256 random bits as base64url text, sealed at rest. Opened secrets are
+ * kept as HMAC keys by secret id, so a request costs one indexed SELECT and no decryption.
+ */
+export class WebhookSecretStore {
+  private readonly keys = new Map<string, KeyObject>();
+
+  constructor(
+    private readonly repository: WebhookSecretsRepository,
+    private readonly cipher: SecretCipher,
+    private readonly clock: Clock,
+  ) {}
+
+  hasCurrent(automationId: string): boolean {
+    return this.repository.current(automationId) !== undefined;
+  }
+
+  /** A new current secret; every earlier one ends now. Returns the secret text, shown once. */
+  replace(automationId: string): string {
+    this.remove(automationId);
+    return this.issue(automationId);
+  }
+
+  /** A new current secret; the earlier ones stay valid for `graceMs`. */
+  rotate(automationId: string, graceMs: number): RotatedSecret {
+    const previousExpiresAt = this.clock.now() + graceMs;
+    this.repository.expireAll(automationId, previousExpiresAt);
+    return { secret: this.issue(automationId), previousExpiresAt };
+  }
+
+  remove(automationId: string): void {
+    for (const secret of this.repository.valid(automationId, 0)) this.keys.delete(secret.id);
+    this.repository.deleteFor(automationId);
+  }
+
+  /** The HMAC keys a signature may be made with now: the current secret and any still in grace. */
+  validKeys(automationId: string): KeyObject[] {
+    return this.repository.valid(automationId, this.clock.now()).map((stored) => {
+      let key = this.keys.get(stored.id);
+      if (key === undefined) {
+        if (this.keys.size >= maxCachedKeys) this.keys.clear();
+        const text = this.cipher.open(stored.sealed, associatedData(stored.id, automationId)).toString("utf8");
+        key = hmacKey(text);
+        this.keys.set(stored.id, key);
+      }
+      return key;
+    });
+  }
+
+  private issue(automationId: string): string {
+    const id = newId();
+    const secret = randomBytes(32).toString("base64url");
+    const sealed = this.cipher.seal(Buffer.from(secret, "utf8"), associatedData(id, automationId));
+    this.repository.insert({ id, automationId, sealed, createdAt: this.clock.now() });
+    return secret;
+  }
+}
+
+function associatedData(secretId: string, automationId: string): string {
+  return `webhook-secret:${secretId}:${automationId}`;
+}

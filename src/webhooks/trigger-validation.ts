@@ -1,0 +1,61 @@
+import { isIP } from "node:net";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
+import { parseCidr } from "./cidr.js";
+
+export interface TriggerValidationOptions {
+  /** ACCESSD_JWKS_ALLOW_HTTP: `http://` JWKS URLs on loopback hosts. */
+  jwksAllowHttp: boolean;
+}
+
+const maxCidrs = 256;
+const maxUrlLength = 2048;
+
+/** Refuses a webhook trigger the pipeline could not serve safely; the message names the field. */
+export function validateWebhookTrigger(trigger: WebhookTriggerConfig, options: TriggerValidationOptions): void {
+  if (trigger.authMethod === "JWT") validateJwksUrl(trigger.jwksUrl, options);
+  else if (trigger.jwksUrl !== "") throw invalid("trigger.webhook.jwksUrl is only for JWT listeners");
+  validateCidrs(trigger.ipRestrictionEnabled, trigger.allowedCidrs);
+}
+
+export function validateJwksUrl(text: string, options: TriggerValidationOptions): void {
+  if (text === "") throw invalid("trigger.webhook.jwksUrl is required for JWT listeners");
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw invalid(`trigger.webhook.jwksUrl ${JSON.stringify(text)} is not an absolute URL`);
+  }
+  if (text.length > maxUrlLength) throw invalid(`trigger.webhook.jwksUrl is longer than ${maxUrlLength} characters`);
+  if (url.username !== "" || url.password !== "") throw invalid("trigger.webhook.jwksUrl must not carry credentials");
+  if (url.protocol === "https:") return;
+  if (url.protocol === "http:" && options.jwksAllowHttp && isLoopback(url.hostname)) return;
+  throw invalid(
+    options.jwksAllowHttp
+      ? "trigger.webhook.jwksUrl must be https (http only on a loopback host)"
+      : "trigger.webhook.jwksUrl must be an https URL",
+  );
+}
+
+function validateCidrs(enabled: boolean, cidrs: readonly string[]): void {
+  if (cidrs.length > maxCidrs) throw invalid(`trigger.webhook.allowedCidrs holds more than ${maxCidrs} ranges`);
+  cidrs.forEach((cidr, i) => {
+    if (parseCidr(cidr) === undefined) {
+      throw invalid(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} is not a CIDR such as 203.0.113.0/24`);
+    }
+  });
+  if (enabled && cidrs.length === 0) {
+    throw invalid("trigger.webhook.allowedCidrs must name at least one range when ipRestrictionEnabled is true");
+  }
+}
+
+function isLoopback(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, "");
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1";
+}
+
+function invalid(message: string): ConnectError {
+  return new ConnectError(message, Code.InvalidArgument);
+}

@@ -1,0 +1,58 @@
+import { Code } from "@connectrpc/connect";
+import type { Logger } from "../logger.js";
+import type { RawRoute } from "../server/http-server.js";
+import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
+import type { RequestFacts } from "../server/request-context.js";
+import type { BodySource } from "./body-reader.js";
+import type { DeliveryLog } from "./delivery-log.js";
+import { webhookPathPrefix } from "./endpoint-url.js";
+import type { WebhookPipeline } from "./pipeline.js";
+import { Rejection } from "./rejection.js";
+
+/**
+ * `POST /api/v1/webhooks/incoming/{listener_id}`: runs the pipeline on the raw request, answers
+ * its verdict (Connect's JSON error shape for every refusal) and logs the delivery. Not behind
+ * bearer auth: each listener authenticates its own requests.
+ */
+export function webhookRoute(pipeline: WebhookPipeline, deliveries: DeliveryLog, log: Logger): RawRoute {
+  return {
+    path: webhookPathPrefix,
+    async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
+      const path = (req.url ?? "").split("?", 1)[0] ?? "";
+      if (req.method !== "POST") {
+        writeJsonError(res, Code.Unimplemented, `${req.method ?? ""} is not allowed on ${path}; use POST`, 405, {
+          allow: "POST",
+        });
+        return;
+      }
+      const outcome = await pipeline.run({
+        listenerId: path.slice(webhookPathPrefix.length),
+        peerAddress: facts.peerAddress,
+        headers: req.headers,
+        body: bodySource(req),
+      });
+      const { verdict } = outcome;
+      if (verdict instanceof Rejection) {
+        deliveries.record(outcome.facts, { status: verdict.status, reason: verdict.reason, executionId: "" });
+        log.info(
+          { requestId: facts.requestId, status: verdict.status, reason: verdict.reason, eventId: outcome.facts.eventId, sourceIp: outcome.facts.sourceIp },
+          "webhook refused",
+        );
+        // A body left unread is not drained: the connection is closed instead (HTTP/1.1 only).
+        const close = !outcome.facts.bodyConsumed && req.httpVersionMajor === 1 && !req.complete;
+        writeJsonError(res, verdict.code, verdict.message, verdict.status, close ? { connection: "close" } : {});
+        return;
+      }
+      deliveries.record(outcome.facts, { status: 200, reason: "accepted", executionId: verdict.executionId });
+      log.debug({ requestId: facts.requestId, eventId: verdict.eventId, executionId: verdict.executionId }, "webhook accepted");
+      writeJson(res, 200, { eventId: verdict.eventId, executionId: verdict.executionId });
+    },
+  };
+}
+
+function bodySource(req: NodeRequest): BodySource {
+  const header = req.headers["content-length"];
+  const declared = header === undefined || !/^\d+$/.test(header) ? undefined : Number(header);
+  const stream = req as AsyncIterable<Buffer>;
+  return { declaredLength: declared, [Symbol.asyncIterator]: () => stream[Symbol.asyncIterator]() };
+}
