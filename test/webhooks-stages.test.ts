@@ -1,0 +1,241 @@
+import { mkdtempSync, readFileSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { ManualClock } from "../src/clock.js";
+import { ConfigError, loadConfig } from "../src/config.js";
+import { createLogger } from "../src/logger.js";
+import { startWebhookHousekeeping } from "../src/jobs/webhook-housekeeping.js";
+import { Store } from "../src/store/store.js";
+import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
+import { dataKeyFilePath, resolveDataKey } from "../src/webhooks/data-key.js";
+import { checkEventId } from "../src/webhooks/event-id.js";
+import { hmacKey, hmacSignature, verifyHmacSignature } from "../src/webhooks/hmac-signature.js";
+import { Rejection } from "../src/webhooks/rejection.js";
+import { SecretCipher } from "../src/webhooks/secret-cipher.js";
+import { WebhookSecretStore } from "../src/webhooks/secret-store.js";
+import { SourceIpResolver } from "../src/webhooks/source-ip.js";
+import { checkTimestamp } from "../src/webhooks/timestamp-window.js";
+import { validateWebhookTrigger } from "../src/webhooks/trigger-validation.js";
+
+const body = Buffer.from('{"user":"u-1"}');
+
+function source(chunks: Buffer[], declaredLength?: number): BodySource {
+  return {
+    declaredLength,
+    async *[Symbol.asyncIterator]() {
+      for (const c of chunks) yield c;
+    },
+  };
+}
+
+describe("HMAC signature (spec 5.2)", () => {
+  it("signs <timestamp>.<event_id>.<body> with the secret text as key, base64url without padding", async () => {
+    const { createHmac } = await import("node:crypto");
+    const secret = "c2VjcmV0LXRleHQtbm90LWRlY29kZWQ";
+    const expected = createHmac("sha256", Buffer.from(secret, "utf8"))
+      .update(`1700000000.3b241101-e2bb-4255-8caf-4136c566a962.${body.toString()}`)
+      .digest("base64url");
+    expect(hmacSignature(secret, "1700000000", "3b241101-e2bb-4255-8caf-4136c566a962", body)).toBe(expected);
+    expect(expected).not.toMatch(/=/);
+  });
+
+  it("accepts any valid signature of a space-separated list and refuses a list of bad ones", () => {
+    const key = hmacKey("s1");
+    const good = hmacSignature("s1", "1", "e", body);
+    const bad = hmacSignature("s2", "1", "e", body);
+    expect(verifyHmacSignature([key], `${bad} ${good}`, "1", "e", body)).toBeUndefined();
+    expect(verifyHmacSignature([key], `${bad} garbage`, "1", "e", body)?.reason).toBe("signature_mismatch");
+    expect(verifyHmacSignature([key], undefined, "1", "e", body)?.reason).toBe("signature_missing");
+  });
+});
+
+describe("timestamp window and event id", () => {
+  const now = 1_700_000_000_000;
+  it("accepts 300 s either way and refuses 301 s", () => {
+    expect(checkTimestamp("1699999700", now)).toBeUndefined();
+    expect(checkTimestamp("1700000300", now)).toBeUndefined();
+    expect(checkTimestamp("1699999699", now)?.reason).toBe("timestamp_out_of_window");
+    expect(checkTimestamp("1700000301", now)?.reason).toBe("timestamp_out_of_window");
+    expect(checkTimestamp("17e8", now)?.reason).toBe("timestamp_invalid");
+    expect(checkTimestamp("-5", now)?.reason).toBe("timestamp_invalid");
+  });
+
+  it("accepts only UUID v4 and records it in lower case", () => {
+    expect(checkEventId("3B241101-E2BB-4255-8CAF-4136C566A962")).toBe("3b241101-e2bb-4255-8caf-4136c566a962");
+    expect(checkEventId("c232ab00-9414-11ec-b3c8-9f6bdeced846")).toBeInstanceOf(Rejection); // v1
+    expect(checkEventId("3b241101-e2bb-4255-7caf-4136c566a962")).toBeInstanceOf(Rejection); // bad variant
+    expect(checkEventId("not-a-uuid")).toBeInstanceOf(Rejection);
+  });
+});
+
+describe("capped body reader", () => {
+  it("reads 65,536 bytes and refuses 65,537, from the stream or the declared length", async () => {
+    const ok = await readCappedBody(source([Buffer.alloc(40_000), Buffer.alloc(25_536)]));
+    expect(ok).not.toBeInstanceOf(Rejection);
+    const streamed = await readCappedBody(source([Buffer.alloc(40_000), Buffer.alloc(25_537)]));
+    expect((streamed as Rejection).status).toBe(413);
+    let pulled = 0;
+    const declared = await readCappedBody({
+      declaredLength: 65_537,
+      async *[Symbol.asyncIterator]() {
+        pulled++;
+        yield Buffer.alloc(1);
+      },
+    });
+    expect((declared as Rejection).status).toBe(413);
+    expect(pulled).toBe(0);
+  });
+
+  it("stops reading at the chunk that crosses the cap", async () => {
+    let pulled = 0;
+    const result = await readCappedBody({
+      declaredLength: undefined,
+      async *[Symbol.asyncIterator]() {
+        for (let i = 0; i < 100; i++) {
+          pulled++;
+          yield Buffer.alloc(16_384);
+        }
+      },
+    });
+    expect((result as Rejection).status).toBe(413);
+    expect(pulled).toBe(5);
+  });
+});
+
+describe("source IP", () => {
+  it("ignores X-Forwarded-For from an untrusted peer", () => {
+    const resolver = new SourceIpResolver(["10.0.0.0/8"]);
+    expect(resolver.resolve("127.0.0.1", "10.1.2.3")).toBe("127.0.0.1");
+    expect(new SourceIpResolver([]).resolve("::ffff:127.0.0.1", "10.1.2.3")).toBe("127.0.0.1");
+  });
+
+  it("takes the right-most untrusted hop from a trusted proxy", () => {
+    const resolver = new SourceIpResolver(["127.0.0.0/8", "10.0.0.0/8"]);
+    expect(resolver.resolve("127.0.0.1", "203.0.113.9")).toBe("203.0.113.9");
+    expect(resolver.resolve("127.0.0.1", "198.51.100.1, 203.0.113.9, 10.0.0.2")).toBe("203.0.113.9");
+    expect(resolver.resolve("127.0.0.1", "[2001:db8::1]:443")).toBe("2001:db8::1");
+    expect(resolver.resolve("127.0.0.1", "garbage")).toBe("garbage");
+  });
+});
+
+describe("trigger validation", () => {
+  const hmac = { kind: "webhook" as const, listenerId: "l", authMethod: "HMAC" as const, jwksUrl: "", ipRestrictionEnabled: false, allowedCidrs: [] };
+  const jwt = { ...hmac, authMethod: "JWT" as const, jwksUrl: "https://keys.example.com/jwks.json" };
+
+  it("refuses an invalid CIDR with 400 naming it", () => {
+    expect(() => validateWebhookTrigger({ ...hmac, ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.0/33"] }, { jwksAllowHttp: false })).toThrow(
+      /allowedCidrs\[0\] "10.0.0.0\/33"/,
+    );
+    expect(() => validateWebhookTrigger({ ...hmac, ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.0/8", "::1/128"] }, { jwksAllowHttp: false })).not.toThrow();
+  });
+
+  it("accepts https JWKS URLs, and http only on loopback with ACCESSD_JWKS_ALLOW_HTTP", () => {
+    expect(() => validateWebhookTrigger(jwt, { jwksAllowHttp: false })).not.toThrow();
+    const local = { ...jwt, jwksUrl: "http://127.0.0.1:9999/jwks" };
+    expect(() => validateWebhookTrigger(local, { jwksAllowHttp: false })).toThrow(/https/);
+    expect(() => validateWebhookTrigger(local, { jwksAllowHttp: true })).not.toThrow();
+    expect(() => validateWebhookTrigger({ ...jwt, jwksUrl: "http://example.com/jwks" }, { jwksAllowHttp: true })).toThrow(/loopback/);
+    expect(() => validateWebhookTrigger({ ...jwt, jwksUrl: "" }, { jwksAllowHttp: true })).toThrow(/required/);
+  });
+});
+
+describe("secret store", () => {
+  it("keeps secrets sealed at rest and honours the rotation grace period", () => {
+    const store = Store.open(":memory:");
+    const clock = new ManualClock(1_700_000_000_000);
+    const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(Buffer.alloc(32, 7)), clock);
+    const first = secrets.replace("a1");
+    expect(first).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(Buffer.from(first, "base64url")).toHaveLength(32);
+    const sealed = store.db.prepare("SELECT sealed FROM webhook_secrets").pluck().all() as Buffer[];
+    expect(sealed.some((s) => s.includes(Buffer.from(first)))).toBe(false);
+
+    const sign = (secret: string) => hmacSignature(secret, "1", "e", body);
+    const accepts = (secret: string) => verifyHmacSignature(secrets.validKeys("a1"), sign(secret), "1", "e", body) === undefined;
+    const { secret: second } = secrets.rotate("a1", 60_000);
+    expect(accepts(first)).toBe(true);
+    expect(accepts(second)).toBe(true);
+    clock.advance(60_000);
+    expect(accepts(first)).toBe(false);
+    expect(accepts(second)).toBe(true);
+    store.close();
+  });
+
+  it("creates a 0600 key file beside the database and reads it back", () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-key-"));
+    const db = join(dir, "accessd.db");
+    const key = resolveDataKey(undefined, db);
+    expect(key).toHaveLength(32);
+    expect(statSync(dataKeyFilePath(db)).mode & 0o777).toBe(0o600);
+    expect(resolveDataKey(undefined, db).equals(key)).toBe(true);
+    expect(readFileSync(dataKeyFilePath(db), "utf8").trim()).toBe(key.toString("base64url"));
+  });
+});
+
+describe("configuration", () => {
+  it("parses the webhook variables and names a bad one", () => {
+    const config = loadConfig({
+      ACCESSD_TRUSTED_PROXIES: "10.0.0.0/8, 192.168.1.1",
+      ACCESSD_JWKS_ALLOW_HTTP: "true",
+      ACCESSD_EVENT_RETENTION: "2d",
+      ACCESSD_DATA_KEY: "ab".repeat(32),
+    });
+    expect(config.trustedProxies).toEqual(["10.0.0.0/8", "192.168.1.1"]);
+    expect(config.jwksAllowHttp).toBe(true);
+    expect(config.eventRetentionMs).toBe(2 * 86_400_000);
+    expect(config.dataKey).toHaveLength(32);
+    for (const [name, value] of [
+      ["ACCESSD_TRUSTED_PROXIES", "10.0.0.0/40"],
+      ["ACCESSD_JWKS_ALLOW_HTTP", "yes please"],
+      ["ACCESSD_EVENT_RETENTION", "7 days"],
+      ["ACCESSD_DATA_KEY", "short"],
+    ] as const) {
+      expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+      expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`^${name}:`));
+    }
+  });
+});
+
+describe("housekeeping job", () => {
+  it("deletes event records older than the retention and keeps newer ones", () => {
+    const store = Store.open(":memory:");
+    const clock = new ManualClock(10 * 86_400_000);
+    const day = 86_400_000;
+    const events = store.webhooks.events;
+    events.insert({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
+    events.insert({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
+    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 7 * day });
+    // It ran once at start already.
+    expect(events.has("l", "old")).toBe(false);
+    expect(events.has("l", "new")).toBe(true);
+    clock.advance(1001);
+    expect(job.runOnce().events).toBe(1);
+    expect(events.has("l", "new")).toBe(false);
+    job.stop();
+    store.close();
+  });
+
+  it("trims the delivery log to the newest entries per automation", () => {
+    const store = Store.open(":memory:");
+    const clock = new ManualClock(1_700_000_000_000);
+    for (let i = 0; i < 15; i++) {
+      store.webhooks.deliveries.insert({
+        id: `0000000${i.toString(16)}`.padStart(8, "0"),
+        automationId: "a",
+        eventId: "",
+        status: 401,
+        reason: "signature_mismatch",
+        sourceIp: "127.0.0.1",
+        sizeBytes: 1,
+        receivedAt: clock.now(),
+        executionId: "",
+      });
+    }
+    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 86_400_000, deliveriesPerAutomation: 10 });
+    expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.id)).toHaveLength(10);
+    expect(store.webhooks.deliveries.listBefore("a", undefined, 1)[0]?.id).toBe("0000000e");
+    job.stop();
+    store.close();
+  });
+});
