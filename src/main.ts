@@ -13,9 +13,15 @@ import { systemClock, type Clock } from "./clock.js";
 import type { Config } from "./config.js";
 import type { Logger } from "./logger.js";
 import { PageTokenCodec } from "./pagination/index.js";
+import { Metrics } from "./observability/metrics.js";
+import { metricsInterceptor } from "./observability/metrics-interceptor.js";
+import { metricsRoute } from "./observability/metrics-route.js";
+import { buildOpenApi, openApiRoute } from "./openapi/index.js";
 import { ConnectHandlers } from "./server/connect-handlers.js";
 import { HttpServer } from "./server/http-server.js";
 import { loggingInterceptor } from "./server/logging-interceptor.js";
+import { publicConnectRoutes } from "./server/public-connect-routes.js";
+import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
 import { Store } from "./store/store.js";
 
@@ -27,6 +33,8 @@ export interface Accessd {
   config: Config;
   /** Every RPC the server serves (for tests that walk the contract). */
   rpcs: readonly DescMethod[];
+  /** The Prometheus metrics served at /metrics. */
+  metrics: Metrics;
   /** Graceful stop: drain requests, close the store. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -35,6 +43,8 @@ export interface StartOptions {
   clock?: Clock;
   /** An already opened store (tests); otherwise `config.database` is opened. */
   store?: Store;
+  /** Metrics to record into (tests); otherwise a new registry with process metrics. */
+  metrics?: Metrics;
 }
 
 /** The composition root: config -> store -> services -> server. */
@@ -42,6 +52,8 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const clock = options.clock ?? systemClock;
   const store = options.store ?? Store.open(config.database);
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
+  const metrics = options.metrics ?? new Metrics();
+  const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
   const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock });
   if (config.bootstrapClient !== undefined) {
@@ -54,6 +66,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     // other interceptor and every handler.
     interceptors: [
       loggingInterceptor(log),
+      metricsInterceptor(metrics),
       authorizationInterceptor({ tokens, principalOf: (id) => store.clients.principalOf(id), requiredRoles }),
     ],
     maxBodyBytes: config.apiMaxBodyBytes,
@@ -66,10 +79,22 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     log.warn({ procedures: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
   }
   const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes });
+  const apiServices = [...new Set(connect.handlers.map((h) => h.service))];
+  // Health and reflection answer without a token (probes, grpcurl): their own router, no authorization.
+  const publicConnect = new ConnectHandlers({
+    interceptors: [loggingInterceptor(log), metricsInterceptor(metrics)],
+    maxBodyBytes: config.apiMaxBodyBytes,
+    log,
+    routes: (router) =>
+      registerPublicServices(router, { apiServices, shutdown: shutdown.signal, ready: () => store.ping() }),
+  });
   const server = new HttpServer({
     connect,
     rest,
     rawRoutes: [
+      ...publicConnectRoutes(publicConnect),
+      metricsRoute(metrics),
+      openApiRoute(buildOpenApi({ baseUrl: config.baseUrl, services: apiServices })),
       tokenEndpoint({
         store,
         tokens,
@@ -95,8 +120,10 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     store,
     config,
     rpcs,
+    metrics,
     close() {
       closing ??= (async () => {
+        shutdown.abort();
         await server.close();
         store.close();
         log.info("accessd stopped");

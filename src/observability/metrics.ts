@@ -1,0 +1,116 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+
+export interface MetricsOptions {
+  /**
+   * Node process metrics (event-loop lag, heap, GC, CPU) from prom-client's default collectors.
+   * On by default; they sample continuously, so tests that do not look at them may turn them off.
+   */
+  processMetrics?: boolean;
+}
+
+export interface RequestObservation {
+  protocol: string;
+  /** `<package>.<Service>.<Method>`, the operation name of the contract. */
+  operation: string;
+  /** Connect code name: `ok`, `not_found`, ... */
+  code: string;
+  seconds: number;
+}
+
+/**
+ * Every Prometheus metric accessd exposes, on one registry owned by this object (no global
+ * registry: two servers in one process, as in tests, do not share counters). Other modules get
+ * this object from `main.ts` and call the `record*` / `observe*` functions; none of them needs
+ * to know prom-client.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<"protocol" | "operation" | "code">;
+  private readonly duration: Histogram<"protocol" | "operation">;
+  private readonly webhookVerdicts: Counter<"reason" | "status">;
+  private readonly executions: Counter<"state">;
+  private executionsByStateSource: (() => Readonly<Record<string, number>>) | undefined;
+  private queueDepthSource: (() => number) | undefined;
+
+  constructor(options: MetricsOptions = {}) {
+    const registers = [this.registry];
+    this.requests = new Counter({
+      name: "accessd_requests_total",
+      help: "API operations served, by wire protocol (grpc, grpc-web, connect, rest), operation and outcome code.",
+      labelNames: ["protocol", "operation", "code"],
+      registers,
+    });
+    this.duration = new Histogram({
+      name: "accessd_request_duration_seconds",
+      help: "Time to answer an API operation (streams: until the stream ends), by protocol and operation.",
+      labelNames: ["protocol", "operation"],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    });
+    this.webhookVerdicts = new Counter({
+      name: "accessd_webhook_verdicts_total",
+      help: "Inbound webhook requests by verdict reason and HTTP status.",
+      labelNames: ["reason", "status"],
+      registers,
+    });
+    this.executions = new Counter({
+      name: "accessd_automation_executions_total",
+      help: "Automation executions that reached a state (PENDING when accepted, then SUCCEEDED or FAILED).",
+      labelNames: ["state"],
+      registers,
+    });
+    const self = this;
+    new Gauge({
+      name: "accessd_automation_executions",
+      help: "Automation executions currently stored, by state.",
+      labelNames: ["state"],
+      registers,
+      collect() {
+        this.reset();
+        const counts = self.executionsByStateSource?.() ?? {};
+        for (const [state, count] of Object.entries(counts)) this.set({ state }, count);
+      },
+    });
+    new Gauge({
+      name: "accessd_automation_queue_depth",
+      help: "Automation executions accepted but not yet finished (waiting or running).",
+      registers,
+      collect() {
+        this.set(self.queueDepthSource?.() ?? 0);
+      },
+    });
+    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** One API operation answered (the metrics interceptor calls this for every protocol). */
+  recordRequest(observation: RequestObservation): void {
+    const { protocol, operation, code, seconds } = observation;
+    this.requests.inc({ protocol, operation, code });
+    this.duration.observe({ protocol, operation }, seconds);
+  }
+
+  /** One inbound webhook request answered: `reason` is the pipeline's verdict code (`accepted`, `bad_signature`, ...). */
+  recordWebhookVerdict(reason: string, status: number): void {
+    this.webhookVerdicts.inc({ reason, status: String(status) });
+  }
+
+  /** An execution reached `state` (`PENDING`, `RUNNING`, `SUCCEEDED`, `FAILED`). */
+  recordExecutionState(state: string): void {
+    this.executions.inc({ state });
+  }
+
+  /** Where scrapes read the stored executions per state (e.g. a COUNT ... GROUP BY state query). */
+  observeExecutionsByState(source: () => Readonly<Record<string, number>>): void {
+    this.executionsByStateSource = source;
+  }
+
+  /** Where scrapes read the number of executions waiting or running. */
+  observeQueueDepth(source: () => number): void {
+    this.queueDepthSource = source;
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  async exposition(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}

@@ -1,0 +1,132 @@
+import type { DescField, DescMessage } from "@bufbuild/protobuf";
+import { parsePathTemplate } from "../server/path-template.js";
+import type { HttpBinding } from "./http-rules.js";
+import { isWellKnown, scalarSchema, type Schema, type SchemaCollector } from "./json-schema.js";
+
+/** An OpenAPI operation at an OpenAPI path, for one REST binding of an RPC. */
+export interface PathOperation {
+  /** OpenAPI path: the template with `{app.id}` variables (no `=*`). */
+  path: string;
+  /** Lower-case, as OpenAPI path items key them. */
+  method: string;
+  operation: Schema;
+}
+
+/** Nested request messages are offered as dotted query parameters down to this depth. */
+const maxQueryDepth = 3;
+
+/**
+ * The operation as the REST transcoder serves it: path variables bind (possibly nested) fields by
+ * proto name; with `body: "*"` the rest of the request message is the JSON body, otherwise every
+ * other field is a query parameter (proto name; the transcoder accepts the JSON name too).
+ */
+export function rpcOperation(binding: HttpBinding, operationId: string, tag: string, schemas: SchemaCollector): PathOperation {
+  const { rpc } = binding;
+  const template = parsePathTemplate(binding.path);
+  const pathFields = template.segments.flatMap((s) => ("fieldPath" in s ? [s.fieldPath] : []));
+  const path =
+    "/" + template.segments.map((s) => ("literal" in s ? s.literal : `{${s.fieldPath.join(".")}}`)).join("/");
+
+  const parameters: Schema[] = pathFields.map((fieldPath) => ({
+    name: fieldPath.join("."),
+    in: "path",
+    required: true,
+    schema: parameterSchema(resolveField(rpc.input, fieldPath), schemas),
+  }));
+  const bound = new Set(pathFields.map((p) => p.join(".")));
+  if (binding.body === "") parameters.push(...queryParameters(rpc.input, [], bound, schemas, new Set()));
+
+  const operation: Schema = {
+    operationId,
+    summary: `${rpc.parent.name}.${rpc.name}`,
+    tags: [tag],
+  };
+  if (parameters.length > 0) operation["parameters"] = parameters;
+  if (binding.body === "*") {
+    const topLevelBound = new Set(pathFields.filter((p) => p.length === 1).map((p) => p[0]));
+    operation["requestBody"] = {
+      required: true,
+      content: {
+        "application/json": {
+          schema:
+            topLevelBound.size === 0
+              ? schemas.messageRef(rpc.input)
+              : schemas.objectSchema(rpc.input, (f) => !topLevelBound.has(f.name)),
+        },
+      },
+    };
+  }
+  operation["responses"] = {
+    "200": { description: "OK", content: { "application/json": { schema: schemas.messageRef(rpc.output) } } },
+    "400": { $ref: "#/components/responses/InvalidArgument" },
+    "401": { $ref: "#/components/responses/Unauthenticated" },
+    "403": { $ref: "#/components/responses/PermissionDenied" },
+    ...(pathFields.length > 0 ? { "404": { $ref: "#/components/responses/NotFound" } } : {}),
+    default: { $ref: "#/components/responses/Error" },
+  };
+  return { path, method: binding.method.toLowerCase(), operation };
+}
+
+function resolveField(message: DescMessage, fieldPath: readonly string[]): DescField {
+  let current = message;
+  let field: DescField | undefined;
+  for (const name of fieldPath) {
+    field = current.fields.find((f) => f.name === name);
+    if (field === undefined) throw new Error(`${message.typeName} has no field ${fieldPath.join(".")}`);
+    if (field.fieldKind === "message") current = field.message;
+  }
+  if (field === undefined) throw new Error(`empty field path in a template of ${message.typeName}`);
+  return field;
+}
+
+function queryParameters(
+  message: DescMessage,
+  prefix: readonly string[],
+  bound: ReadonlySet<string>,
+  schemas: SchemaCollector,
+  visiting: Set<string>,
+): Schema[] {
+  visiting.add(message.typeName);
+  const parameters: Schema[] = [];
+  for (const field of message.fields) {
+    const fieldPath = [...prefix, field.name];
+    if (bound.has(fieldPath.join("."))) continue;
+    if (field.fieldKind === "map" || (field.fieldKind === "list" && field.listKind === "message")) continue;
+    if (field.fieldKind === "message" && !isWellKnown(field.message)) {
+      if (fieldPath.length < maxQueryDepth && !visiting.has(field.message.typeName)) {
+        parameters.push(...queryParameters(field.message, fieldPath, bound, schemas, visiting));
+      }
+      continue;
+    }
+    const schema = parameterSchema(field, schemas);
+    parameters.push({
+      name: fieldPath.join("."),
+      in: "query",
+      required: false,
+      schema,
+      ...(field.fieldKind === "list" ? { style: "form", explode: true } : {}),
+    });
+  }
+  visiting.delete(message.typeName);
+  return parameters;
+}
+
+/** The schema of a field's value as URL text carries it. */
+function parameterSchema(field: DescField, schemas: SchemaCollector): Schema {
+  switch (field.fieldKind) {
+    case "scalar":
+      return scalarSchema(field.scalar);
+    case "list":
+      return {
+        type: "array",
+        items:
+          field.listKind === "scalar"
+            ? scalarSchema(field.scalar)
+            : field.listKind === "enum"
+              ? schemas.enumRef(field.enum)
+              : schemas.messageRef(field.message),
+      };
+    default:
+      return schemas.fieldSchema(field);
+  }
+}

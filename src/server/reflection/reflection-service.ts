@@ -1,0 +1,80 @@
+import { Code, type ServiceImpl } from "@connectrpc/connect";
+import { ServerReflection as ServerReflectionV1 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ServerReflectionV1Alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import type { DescriptorIndex } from "./descriptor-index.js";
+
+/** A reflection request of either protocol version (v1 and v1alpha share the shape). */
+interface ReflectionRequest {
+  host: string;
+  messageRequest:
+    | { case: "fileByFilename" | "fileContainingSymbol" | "allExtensionNumbersOfType" | "listServices"; value: string }
+    | { case: "fileContainingExtension"; value: { containingType: string; extensionNumber: number } }
+    | { case: undefined; value?: undefined };
+}
+
+type ReflectionAnswer =
+  | { case: "fileDescriptorResponse"; value: { fileDescriptorProto: Uint8Array[] } }
+  | { case: "allExtensionNumbersResponse"; value: { baseTypeName: string; extensionNumber: number[] } }
+  | { case: "listServicesResponse"; value: { service: { name: string }[] } }
+  | { case: "errorResponse"; value: { errorCode: number; errorMessage: string } };
+
+/**
+ * grpc.reflection.v1 ServerReflectionInfo: one answer per request on the bidi stream. Problems
+ * with a single request (unknown symbol) are answered in-stream with an ErrorResponse, as gRPC's
+ * own implementations do, so the stream stays usable.
+ */
+export function serverReflectionV1(index: DescriptorIndex): ServiceImpl<typeof ServerReflectionV1> {
+  return {
+    async *serverReflectionInfo(requests) {
+      for await (const request of requests) {
+        yield { validHost: request.host, originalRequest: request, messageResponse: answer(index, request) };
+      }
+    },
+  };
+}
+
+/** The same service under grpc.reflection.v1alpha, which older clients (grpcurl < 1.9) speak. */
+export function serverReflectionV1Alpha(index: DescriptorIndex): ServiceImpl<typeof ServerReflectionV1Alpha> {
+  return {
+    async *serverReflectionInfo(requests) {
+      for await (const request of requests) {
+        yield { validHost: request.host, originalRequest: request, messageResponse: answer(index, request) };
+      }
+    },
+  };
+}
+
+function answer(index: DescriptorIndex, request: ReflectionRequest): ReflectionAnswer {
+  const { messageRequest } = request;
+  switch (messageRequest.case) {
+    case "listServices":
+      return { case: "listServicesResponse", value: { service: index.serviceNames.map((name) => ({ name })) } };
+    case "fileByFilename":
+      return files(index.fileByName(messageRequest.value), `file ${messageRequest.value} not found`);
+    case "fileContainingSymbol":
+      return files(index.fileContainingSymbol(messageRequest.value), `symbol ${messageRequest.value} not found`);
+    case "fileContainingExtension": {
+      const { containingType, extensionNumber } = messageRequest.value;
+      return files(
+        index.fileContainingExtension(containingType, extensionNumber),
+        `extension ${extensionNumber} of ${containingType} not found`,
+      );
+    }
+    case "allExtensionNumbersOfType": {
+      const numbers = index.extensionNumbersOf(messageRequest.value);
+      if (numbers === undefined) return error(Code.NotFound, `type ${messageRequest.value} not found`);
+      return { case: "allExtensionNumbersResponse", value: { baseTypeName: messageRequest.value, extensionNumber: numbers } };
+    }
+    default:
+      return error(Code.InvalidArgument, "the request names no reflection query");
+  }
+}
+
+function files(found: Uint8Array[] | undefined, notFound: string): ReflectionAnswer {
+  if (found === undefined) return error(Code.NotFound, notFound);
+  return { case: "fileDescriptorResponse", value: { fileDescriptorProto: found } };
+}
+
+function error(code: Code, message: string): ReflectionAnswer {
+  return { case: "errorResponse", value: { errorCode: code, errorMessage: message } };
+}
