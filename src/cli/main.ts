@@ -3,6 +3,7 @@ import { Command } from "commander";
 import { ConfigError, loadConfig } from "../config.js";
 import { createLogger } from "../logger.js";
 import { startAccessd } from "../main.js";
+import { webhookCommand } from "./webhook-command.js";
 
 const program = new Command()
   .name("accessd")
@@ -40,6 +41,8 @@ function loadConfigOrExit() {
     throw e;
   }
 }
+
+program.addCommand(webhookCommand());
 
 program.parseAsync().catch((e: unknown) => {
   process.stderr.write(`accessd: ${e instanceof Error ? e.message : String(e)}\n`);
