@@ -39,5 +39,6 @@ export function userMessage(u: UserRecord): User {
     username: u.username,
     createdAt: timestampFromMs(u.createdAt),
     updatedAt: timestampFromMs(u.updatedAt),
+    roles: u.roles,
   });
 }

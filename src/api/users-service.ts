@@ -1,5 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
+import { principalKey } from "../auth/principal.js";
+import { checkRoleChange, normalizeRoles } from "../auth/role-grants.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
 import { invalidArgument, notFound, requireField } from "./errors.js";
@@ -22,8 +24,10 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
   };
 
   return {
-    create(req) {
+    create(req, context) {
       const displayName = requireField(req.displayName, "displayName");
+      const roles = normalizeRoles(req.roles, "roles");
+      checkRoleChange(context.values.get(principalKey), [], roles);
       const now = clock.now();
       const user = {
         id: newId(),
@@ -32,8 +36,9 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
         username: req.username,
         createdAt: now,
         updatedAt: now,
+        roles,
       };
-      store.users.insert(user);
+      store.transaction(() => store.users.insert(user));
       return { user: userMessage(user) };
     },
 
@@ -48,19 +53,30 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       return { list: page.items.map(userMessage), nextPageToken: page.nextPageToken };
     },
 
-    update(req) {
+    update(req, context) {
       const given = req.user;
       const id = requireField(given?.id, "user.id");
       return store.transaction(() => {
         const user = getOrThrow(id);
         const write = fieldsToWrite(
           req.updateMask,
-          { displayName: "display_name", email: "email", username: "username" },
-          { displayName: given?.displayName ?? "", email: given?.email ?? "", username: given?.username ?? "" },
+          { displayName: "display_name", email: "email", username: "username", roles: "roles" },
+          {
+            displayName: given?.displayName ?? "",
+            email: given?.email ?? "",
+            username: given?.username ?? "",
+            // Without a mask, an empty list leaves the roles alone; name "roles" in the mask to clear them.
+            roles: (given?.roles.length ?? 0) > 0 ? "given" : "",
+          },
         );
         if (write.has("displayName")) user.displayName = requireField(given?.displayName, "user.displayName");
         if (write.has("email")) user.email = checkEmail(given?.email ?? "");
         if (write.has("username")) user.username = given?.username ?? "";
+        if (write.has("roles")) {
+          const roles = normalizeRoles(given?.roles ?? [], "user.roles");
+          checkRoleChange(context.values.get(principalKey), user.roles, roles);
+          user.roles = roles;
+        }
         user.updatedAt = clock.now();
         store.users.update(user);
         return { user: userMessage(user) };

@@ -33,8 +33,8 @@ export async function createSuperAdminClient(
       username: `bootstrap-${clientId}`,
       createdAt: now,
       updatedAt: now,
+      roles: [Role.SUPER_ADMIN],
     });
-    store.userRoles.set(userId, [Role.SUPER_ADMIN]);
     store.clients.insert({
       id: clientId,
       userId,

@@ -34,10 +34,10 @@ export function algorithmOf(jwk: JWK): AssertionAlgorithm {
  */
 export async function publicKeyToRegister(value: unknown): Promise<string> {
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new UnsupportedKeyError("publicJwk must be a JSON Web Key object");
+    throw new UnsupportedKeyError("must be a JSON Web Key object");
   }
   const jwk = value as JWK;
-  if ("d" in jwk || "p" in jwk || "k" in jwk) throw new UnsupportedKeyError("publicJwk must be a public key, not a private or secret one");
+  if ("d" in jwk || "p" in jwk || "k" in jwk) throw new UnsupportedKeyError("must be a public key, not a private or secret one");
   const alg = algorithmOf(jwk);
   const kept: JWK = {};
   for (const member of ["kty", "crv", "x", "y", "n", "e", "kid", "alg", "use"] as const) {
@@ -47,7 +47,7 @@ export async function publicKeyToRegister(value: unknown): Promise<string> {
   try {
     await importJWK(kept, alg);
   } catch (e) {
-    throw new UnsupportedKeyError(`publicJwk cannot be used: ${e instanceof Error ? e.message : String(e)}`);
+    throw new UnsupportedKeyError(`cannot be used: ${e instanceof Error ? e.message : String(e)}`);
   }
   if (alg === "RS256" && Buffer.from(kept.n ?? "", "base64url").length * 8 < 2048) {
     throw new UnsupportedKeyError("RSA keys must have at least 2048 bits");

@@ -1,8 +1,11 @@
 #!/usr/bin/env node
 import { Command } from "commander";
+import { createSuperAdminClient } from "../auth/index.js";
+import { systemClock } from "../clock.js";
 import { ConfigError, loadConfig } from "../config.js";
 import { createLogger } from "../logger.js";
 import { startAccessd } from "../main.js";
+import { Store } from "../store/store.js";
 import { webhookCommand } from "./webhook-command.js";
 
 const program = new Command()
@@ -28,6 +31,25 @@ program
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
+  });
+
+program
+  .command("bootstrap")
+  .description(
+    "create a Super Admin user and API client in ACCESSD_DATABASE and print its client_id and client_secret once (JSON)",
+  )
+  .action(async () => {
+    const config = loadConfigOrExit();
+    const store = Store.open(config.database);
+    try {
+      const created = await createSuperAdminClient(store, systemClock);
+      process.stdout.write(
+        `${JSON.stringify({ client_id: created.clientId, client_secret: created.clientSecret, user_id: created.userId })}\n`,
+      );
+      process.stderr.write("accessd: store the client_secret now; it is not shown again (only its hash is kept)\n");
+    } finally {
+      store.close();
+    }
   });
 
 function loadConfigOrExit() {

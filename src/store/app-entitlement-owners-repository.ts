@@ -1,5 +1,5 @@
 import type { Database } from "./database.js";
-import { toUser, type User, type UserRow } from "./users-repository.js";
+import { toUser, userColumns, type User, type UserRow } from "./users-repository.js";
 
 export class AppEntitlementOwnersRepository {
   private readonly addStmt;
@@ -18,7 +18,7 @@ export class AppEntitlementOwnersRepository {
     );
     this.clearStmt = db.prepare<[string]>("DELETE FROM app_entitlement_owners WHERE entitlement_id = ?");
     this.pageStmt = db.prepare<[string, string, number], UserRow>(
-      `SELECT u.* FROM app_entitlement_owners o JOIN users u ON u.id = o.user_id
+      `SELECT ${userColumns("u")} FROM app_entitlement_owners o JOIN users u ON u.id = o.user_id
        WHERE o.entitlement_id = ? AND o.user_id > ? ORDER BY o.user_id LIMIT ?`,
     );
     this.isOwnerStmt = db.prepare<[string, string], { one: number }>(

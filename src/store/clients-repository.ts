@@ -1,5 +1,6 @@
 import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import type { Database } from "./database.js";
+import { parseRoles, rolesColumn } from "./user-roles-repository.js";
 
 /** An API client: credentials for the token endpoint, acting as one user. */
 export interface Client {
@@ -53,9 +54,7 @@ export class ClientsRepository {
     this.deleteStmt = db.prepare<[string]>("DELETE FROM clients WHERE id = ?");
     // One indexed lookup per request: a deleted client (or user) has no row, so its tokens fail at once.
     this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null }>(
-      `SELECT c.user_id, group_concat(r.role) AS roles
-       FROM clients c LEFT JOIN user_roles r ON r.user_id = c.user_id
-       WHERE c.id = ? GROUP BY c.id`,
+      `SELECT c.user_id, ${rolesColumn("c.user_id")} FROM clients c WHERE c.id = ?`,
     );
   }
 
@@ -80,7 +79,6 @@ export class ClientsRepository {
   principalOf(clientId: string): ClientPrincipal | undefined {
     const row = this.principalStmt.get(clientId);
     if (row === undefined) return undefined;
-    const roles = row.roles === null ? [] : row.roles.split(",").map((r) => Number(r) as Role);
-    return { userId: row.user_id, roles };
+    return { userId: row.user_id, roles: parseRoles(row.roles) };
   }
 }

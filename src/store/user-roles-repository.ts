@@ -1,20 +1,30 @@
 import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import type { Database } from "./database.js";
 
+/**
+ * A SQL expression giving the comma-separated roles of the user whose id is `userIdSql` (NULL
+ * when none), so user queries read roles in the same statement.
+ */
+export const rolesColumn = (userIdSql: string): string =>
+  `(SELECT group_concat(role) FROM user_roles r WHERE r.user_id = ${userIdSql}) AS roles`;
+
+/** `rolesColumn`'s value -> roles, lowest first. */
+export function parseRoles(column: string | null): Role[] {
+  if (column === null || column === "") return [];
+  return column
+    .split(",")
+    .map((r) => Number(r) as Role)
+    .sort((a, b) => a - b);
+}
+
 /** The roles each user holds (`svc.api.iam.v1.Role` numbers). */
 export class UserRolesRepository {
-  private readonly selectStmt;
   private readonly deleteStmt;
   private readonly insertStmt;
 
   constructor(private readonly db: Database) {
-    this.selectStmt = db.prepare<[string], { role: number }>("SELECT role FROM user_roles WHERE user_id = ? ORDER BY role");
     this.deleteStmt = db.prepare<[string]>("DELETE FROM user_roles WHERE user_id = ?");
     this.insertStmt = db.prepare<[string, number]>("INSERT OR IGNORE INTO user_roles (user_id, role) VALUES (?, ?)");
-  }
-
-  rolesOf(userId: string): Role[] {
-    return this.selectStmt.all(userId).map((row) => row.role as Role);
   }
 
   /** Replaces the user's roles. */

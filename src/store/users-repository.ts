@@ -1,4 +1,6 @@
+import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import type { Database } from "./database.js";
+import { parseRoles, rolesColumn, UserRolesRepository } from "./user-roles-repository.js";
 
 export interface User {
   id: string;
@@ -7,7 +9,12 @@ export interface User {
   username: string;
   createdAt: number;
   updatedAt: number;
+  /** The user's roles, lowest first. */
+  roles: Role[];
 }
+
+/** A user to insert; without `roles`, a user who holds none. */
+export type NewUser = Omit<User, "roles"> & { roles?: readonly Role[] };
 
 export interface UserRow {
   id: string;
@@ -16,6 +23,8 @@ export interface UserRow {
   username: string;
   created_at: number;
   updated_at: number;
+  /** `rolesColumn(...)`: the comma-separated role numbers, or NULL. */
+  roles: string | null;
 }
 
 export const toUser = (row: UserRow): User => ({
@@ -25,7 +34,11 @@ export const toUser = (row: UserRow): User => ({
   username: row.username,
   createdAt: row.created_at,
   updatedAt: row.updated_at,
+  roles: parseRoles(row.roles),
 });
+
+/** The columns of a UserRow, for a query where the users table is aliased `alias`. */
+export const userColumns = (alias: string): string => `${alias}.*, ${rolesColumn(`${alias}.id`)}`;
 
 export interface UserSearch {
   /** Case-insensitive substring of display name, email or username; "" matches all. */
@@ -41,17 +54,19 @@ export class UsersRepository {
   private readonly pageStmt;
   private readonly searchStmt;
   private readonly updateStmt;
+  private readonly roles: UserRolesRepository;
 
   constructor(db: Database) {
+    this.roles = new UserRolesRepository(db);
     this.insertStmt = db.prepare<[string, string, string, string, number, number]>(
       "INSERT INTO users (id, display_name, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
     );
-    this.getStmt = db.prepare<[string], UserRow>("SELECT * FROM users WHERE id = ?");
+    this.getStmt = db.prepare<[string], UserRow>(`SELECT ${userColumns("users")} FROM users WHERE id = ?`);
     this.existsStmt = db.prepare<[string], { one: number }>("SELECT 1 AS one FROM users WHERE id = ?");
     // "" sorts before every UUID, so one statement serves the first page and the next ones.
-    this.pageStmt = db.prepare<[string, number], UserRow>("SELECT * FROM users WHERE id > ? ORDER BY id LIMIT ?");
+    this.pageStmt = db.prepare<[string, number], UserRow>(`SELECT ${userColumns("users")} FROM users WHERE id > ? ORDER BY id LIMIT ?`);
     this.searchStmt = db.prepare<{ after: string; query: string; email: string; limit: number }, UserRow>(
-      `SELECT * FROM users
+      `SELECT ${userColumns("users")} FROM users
        WHERE id > :after
          AND (:email = '' OR email = :email COLLATE NOCASE)
          AND (:query = '' OR instr(lower(display_name || ' ' || email || ' ' || username), lower(:query)) > 0)
@@ -62,8 +77,10 @@ export class UsersRepository {
     );
   }
 
-  insert(u: User): void {
+  /** Call inside a transaction: the user row and its roles are written together. */
+  insert(u: NewUser): void {
     this.insertStmt.run(u.id, u.displayName, u.email, u.username, u.createdAt, u.updatedAt);
+    if (u.roles !== undefined && u.roles.length > 0) this.roles.set(u.id, u.roles);
   }
 
   get(id: string): User | undefined {
@@ -83,7 +100,9 @@ export class UsersRepository {
     return this.searchStmt.all({ after: after ?? "", query: search.query, email: search.email, limit }).map(toUser);
   }
 
+  /** Writes every field, roles included. */
   update(u: User): void {
     this.updateStmt.run(u.displayName, u.email, u.username, u.updatedAt, u.id);
+    this.roles.set(u.id, u.roles);
   }
 }

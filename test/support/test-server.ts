@@ -73,8 +73,7 @@ export async function startTestServer(overrides: Partial<Config> = {}, options: 
     const secretHash = await hashSecret(clientSecret);
     store.transaction(() => {
       const label = roles.length === 0 ? "no role" : roles.map((r) => Role[r]).join("+");
-      store.users.insert({ id: userId, displayName: `test ${label}`, email: "", username: "", createdAt: now, updatedAt: now });
-      store.userRoles.set(userId, roles);
+      store.users.insert({ id: userId, displayName: `test ${label}`, email: "", username: "", createdAt: now, updatedAt: now, roles });
       store.clients.insert({ id: clientId, userId, displayName: `test ${label}`, secretHash, publicJwk: undefined, createdAt: now });
     });
     return fetchToken(clientId, clientSecret);

@@ -1,0 +1,73 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { ClientAuthMethod, Clients, ClientSchema, type Client } from "../../gen/svc/api/iam/v1/clients_pb.js";
+import { hashSecret, newClientSecret, publicKeyToRegister, UnsupportedKeyError } from "../auth/index.js";
+import { listingFingerprint, paginate } from "../pagination/index.js";
+import type { Client as ClientRecord } from "../store/clients-repository.js";
+import { newId } from "../store/ids.js";
+import { invalidArgument, notFound, requireField } from "./errors.js";
+import type { ServiceContext } from "./service-context.js";
+
+/**
+ * API clients (Super Admin only, by the contract's required_role). A client's secret is returned
+ * by Create once and stored only as a scrypt hash; a client registered with a public JWK has no
+ * secret and authenticates with private_key_jwt.
+ */
+export function clientsService({ store, clock, pageTokens }: ServiceContext): ServiceImpl<typeof Clients> {
+  return {
+    async create(req) {
+      const displayName = requireField(req.displayName, "displayName");
+      const userId = requireField(req.userId, "userId");
+      if (!store.users.exists(userId)) throw notFound("user", userId);
+      const publicJwk = req.publicJwk === undefined ? undefined : await registeredKey(req.publicJwk);
+      const clientSecret = publicJwk === undefined ? newClientSecret() : "";
+      const client: ClientRecord = {
+        id: newId(),
+        userId,
+        displayName,
+        secretHash: publicJwk === undefined ? await hashSecret(clientSecret) : undefined,
+        publicJwk,
+        createdAt: clock.now(),
+      };
+      // The user may have been deleted while the secret was hashed; the foreign key would refuse.
+      if (!store.users.exists(userId)) throw notFound("user", userId);
+      store.clients.insert(client);
+      return { client: clientMessage(client), clientSecret };
+    },
+
+    list(req) {
+      const page = paginate(pageTokens, listingFingerprint("clients"), req, (after, limit) =>
+        store.clients.listAfter(after, limit),
+      );
+      return { list: page.items.map(clientMessage), nextPageToken: page.nextPageToken };
+    },
+
+    delete(req) {
+      const id = requireField(req.id, "id");
+      if (!store.clients.delete(id)) throw notFound("client", id);
+      return {};
+    },
+  };
+}
+
+async function registeredKey(jwk: JsonObject): Promise<string> {
+  try {
+    return await publicKeyToRegister(jwk);
+  } catch (e) {
+    if (e instanceof UnsupportedKeyError) throw invalidArgument(`publicJwk: ${e.message}`);
+    throw e;
+  }
+}
+
+function clientMessage(c: ClientRecord): Client {
+  return create(ClientSchema, {
+    id: c.id,
+    displayName: c.displayName,
+    userId: c.userId,
+    authMethod: c.publicJwk === undefined ? ClientAuthMethod.CLIENT_SECRET_POST : ClientAuthMethod.PRIVATE_KEY_JWT,
+    publicJwk: c.publicJwk === undefined ? undefined : (JSON.parse(c.publicJwk) as JsonObject),
+    createdAt: timestampFromMs(c.createdAt),
+  });
+}

@@ -1,0 +1,324 @@
+import * as grpc from "@grpc/grpc-js";
+import { PassThrough } from "node:stream";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
+import { ManualClock } from "../src/clock.js";
+import { configDefaults } from "../src/config.js";
+import { createLogger } from "../src/logger.js";
+import { startAccessd } from "../src/main.js";
+import {
+  connectCall,
+  grpcListUsers,
+  jwtBearer,
+  newClientKey,
+  requestToken,
+  signAssertion,
+  type ClientKey,
+} from "./support/auth-helpers.js";
+import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
+
+const clock = new ManualClock(Date.parse("2026-03-01T12:00:00Z"));
+let server: TestServer;
+let tokenUrl: string;
+
+beforeAll(async () => {
+  server = await startTestServer({}, { clock });
+  tokenUrl = `${server.config.baseUrl}/auth/v1/token`;
+});
+afterAll(() => server.close());
+// Failures count per source address; move past the limiter's minute so tests stay independent.
+afterEach(() => clock.advance(61_000));
+
+/** A client registered through the API with a public key (private_key_jwt). */
+async function keyClient(alg: ClientKey["alg"] = "EdDSA"): Promise<{ clientId: string; key: ClientKey }> {
+  const key = await newClientKey(alg);
+  const user = await server.call("POST", "/api/v1/users", { displayName: "key user", roles: ["READ_ONLY"] });
+  const userId = ((await user.json()) as { user: { id: string } }).user.id;
+  const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "key client", userId, publicJwk: key.publicJwk });
+  expect(res.status).toBe(200);
+  const body = (await res.json()) as { client: { id: string; authMethod: string }; clientSecret?: string };
+  expect(body.client.authMethod).toBe("PRIVATE_KEY_JWT");
+  expect(body.clientSecret ?? "").toBe("");
+  return { clientId: body.client.id, key };
+}
+
+async function expectTokenWorksEverywhere(token: string): Promise<void> {
+  const rest = await fetch(`${server.url}/api/v1/users`, { headers: { authorization: `Bearer ${token}` } });
+  expect(rest.status).toBe(200);
+  const connect = await connectCall(server, "svc.api.user.v1.Users/List", { authorization: `Bearer ${token}` });
+  expect(connect.status).toBe(200);
+  const viaGrpc = await grpcListUsers(server, `Bearer ${token}`);
+  expect(viaGrpc.list.length).toBeGreaterThan(0);
+}
+
+describe("POST /auth/v1/token with client_secret_post", () => {
+  for (const encoding of ["form", "json"] as const) {
+    it(`issues a Bearer token for ${encoding} credentials that works over REST, Connect and gRPC`, async () => {
+      const answer = await requestToken(
+        server,
+        { grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: testBootstrapClient.clientSecret },
+        encoding,
+      );
+      expect(answer.status).toBe(200);
+      expect(answer.headers.get("cache-control")).toBe("no-store");
+      expect(Object.keys(answer.body).sort()).toEqual(["access_token", "expires_in", "token_type"]);
+      expect(answer.body.token_type).toBe("Bearer");
+      expect(answer.body.expires_in).toBe(3600);
+      await expectTokenWorksEverywhere(String(answer.body.access_token));
+    });
+  }
+
+  it("answers 401 invalid_client to a wrong secret", async () => {
+    const answer = await requestToken(server, {
+      grant_type: "client_credentials",
+      client_id: testBootstrapClient.clientId,
+      client_secret: "not-the-secret",
+    });
+    expect(answer.status).toBe(401);
+    expect(answer.body).toEqual({ error: "invalid_client", error_description: "unknown client or wrong client_secret" });
+    expect(answer.headers.get("cache-control")).toBe("no-store");
+  });
+
+  it("answers 401 invalid_client to an unknown client", async () => {
+    const answer = await requestToken(
+      server,
+      { grant_type: "client_credentials", client_id: "nobody", client_secret: "whatever" },
+      "json",
+    );
+    expect(answer.status).toBe(401);
+    expect(answer.body.error).toBe("invalid_client");
+  });
+
+  it("answers 400 invalid_request to credentials in a Basic Authorization header", async () => {
+    const basic = Buffer.from(`${testBootstrapClient.clientId}:${testBootstrapClient.clientSecret}`).toString("base64");
+    const answer = await requestToken(server, { grant_type: "client_credentials" }, "form", { authorization: `Basic ${basic}` });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error).toBe("invalid_request");
+    expect(String(answer.body.error_description)).toContain("request body");
+  });
+
+  it("answers 400 invalid_request to a missing grant_type, client_id or credential", async () => {
+    const { clientId, clientSecret } = testBootstrapClient;
+    const incomplete: Record<string, string>[] = [
+      { client_id: clientId, client_secret: clientSecret },
+      { grant_type: "client_credentials", client_secret: clientSecret },
+      { grant_type: "client_credentials", client_id: clientId },
+    ];
+    for (const params of incomplete) {
+      const answer = await requestToken(server, params);
+      expect(answer.status).toBe(400);
+      expect(answer.body.error).toBe("invalid_request");
+    }
+  });
+
+  it("answers 400 unsupported_grant_type to another grant", async () => {
+    const answer = await requestToken(server, { grant_type: "password", client_id: "x", client_secret: "y" });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error).toBe("unsupported_grant_type");
+  });
+
+  it("answers 400 invalid_request to a parameter given twice and to another content type", async () => {
+    const twice = await fetch(`${server.url}/auth/v1/token`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: "grant_type=client_credentials&client_id=a&client_id=b&client_secret=c",
+    });
+    expect(twice.status).toBe(400);
+    expect(((await twice.json()) as { error: string }).error).toBe("invalid_request");
+    const text = await fetch(`${server.url}/auth/v1/token`, { method: "POST", headers: { "content-type": "text/plain" }, body: "x" });
+    expect(text.status).toBe(400);
+  });
+
+  it("answers 405 to GET", async () => {
+    const res = await fetch(`${server.url}/auth/v1/token`);
+    expect(res.status).toBe(405);
+    expect(res.headers.get("allow")).toBe("POST");
+  });
+});
+
+describe("POST /auth/v1/token with private_key_jwt (RFC 7523)", () => {
+  for (const [alg, encoding] of [
+    ["EdDSA", "form"],
+    ["ES256", "json"],
+    ["RS256", "form"],
+  ] as const) {
+    it(`issues a token for a ${alg} assertion sent ${encoding}-encoded that works over REST, Connect and gRPC`, async () => {
+      const { clientId, key } = await keyClient(alg);
+      const answer = await requestToken(
+        server,
+        {
+          grant_type: "client_credentials",
+          client_id: clientId,
+          client_assertion_type: jwtBearer,
+          client_assertion: await signAssertion(key, clientId, tokenUrl, clock.now()),
+        },
+        encoding,
+      );
+      expect(answer.status).toBe(200);
+      expect(answer.body.token_type).toBe("Bearer");
+      await expectTokenWorksEverywhere(String(answer.body.access_token));
+    });
+  }
+
+  it("accepts the base URL as the assertion audience", async () => {
+    const { clientId, key } = await keyClient();
+    const assertion = await signAssertion(key, clientId, server.config.baseUrl, clock.now());
+    const answer = await requestToken(server, {
+      grant_type: "client_credentials",
+      client_id: clientId,
+      client_assertion_type: jwtBearer,
+      client_assertion: assertion,
+    });
+    expect(answer.status).toBe(200);
+  });
+
+  it("answers 401 invalid_client to a replayed assertion", async () => {
+    const { clientId, key } = await keyClient();
+    const params = {
+      grant_type: "client_credentials",
+      client_id: clientId,
+      client_assertion_type: jwtBearer,
+      client_assertion: await signAssertion(key, clientId, tokenUrl, clock.now()),
+    };
+    expect((await requestToken(server, params)).status).toBe(200);
+    const replay = await requestToken(server, params, "json");
+    expect(replay.status).toBe(401);
+    expect(replay.body).toEqual({ error: "invalid_client", error_description: "client assertion jti was already used" });
+  });
+
+  it("answers 401 invalid_client to an expired assertion", async () => {
+    const { clientId, key } = await keyClient();
+    const expired = await signAssertion(key, clientId, tokenUrl, clock.now() - 600_000); // exp 9 minutes ago
+    const answer = await requestToken(server, {
+      grant_type: "client_credentials",
+      client_id: clientId,
+      client_assertion_type: jwtBearer,
+      client_assertion: expired,
+    });
+    expect(answer.status).toBe(401);
+    expect(answer.body).toEqual({ error: "invalid_client", error_description: "client assertion has expired" });
+  });
+
+  it("answers 401 invalid_client to bad assertions: another key, wrong audience, wrong issuer, exp too far ahead", async () => {
+    const { clientId, key } = await keyClient();
+    const other = await newClientKey();
+    const now = clock.now();
+    const bad = [
+      await signAssertion(other, clientId, tokenUrl, now),
+      await signAssertion(key, clientId, "https://elsewhere.example/auth/v1/token", now),
+      await signAssertion(key, clientId, tokenUrl, now, { iss: "someone-else" }),
+      await signAssertion(key, clientId, tokenUrl, now, { exp: Math.floor(now / 1000) + 600 }),
+      "not.a.jwt",
+    ];
+    for (const assertion of bad) {
+      const answer = await requestToken(server, {
+        grant_type: "client_credentials",
+        client_id: clientId,
+        client_assertion_type: jwtBearer,
+        client_assertion: assertion,
+      });
+      expect(answer.status).toBe(401);
+      expect(answer.body.error).toBe("invalid_client");
+    }
+  });
+
+  it("answers 401 invalid_client to an assertion for a secret client and 400 to a wrong assertion type", async () => {
+    const key = await newClientKey();
+    const forSecretClient = await requestToken(server, {
+      grant_type: "client_credentials",
+      client_id: testBootstrapClient.clientId,
+      client_assertion_type: jwtBearer,
+      client_assertion: await signAssertion(key, testBootstrapClient.clientId, tokenUrl, clock.now()),
+    });
+    expect(forSecretClient.status).toBe(401);
+    const wrongType = await requestToken(server, {
+      grant_type: "client_credentials",
+      client_id: testBootstrapClient.clientId,
+      client_assertion_type: "urn:example:other",
+      client_assertion: "x.y.z",
+    });
+    expect(wrongType.status).toBe(400);
+    expect(wrongType.body.error).toBe("invalid_request");
+  });
+});
+
+describe("brute-force limiter", () => {
+  const wrong = { grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: "guess" };
+
+  it("answers the 11th failure within a minute for one client id with 429 and Retry-After", async () => {
+    for (let i = 1; i <= 10; i++) {
+      clock.advance(1000);
+      expect((await requestToken(server, wrong)).status).toBe(401);
+    }
+    clock.advance(1000);
+    const eleventh = await requestToken(server, wrong);
+    expect(eleventh.status).toBe(429);
+    expect(eleventh.headers.get("retry-after")).toBe("50"); // the first failure leaves the window in 50 s
+    expect(eleventh.body.error).toBe("slow_down");
+    // Even the right secret waits until the window has passed.
+    const right = { ...wrong, client_secret: testBootstrapClient.clientSecret };
+    expect((await requestToken(server, right)).status).toBe(429);
+    clock.advance(50_000);
+    expect((await requestToken(server, right)).status).toBe(200);
+  });
+
+  it("counts failures per source address across client ids", async () => {
+    for (let i = 1; i <= 10; i++) {
+      const answer = await requestToken(server, { ...wrong, client_id: `unknown-${i}` });
+      expect(answer.status).toBe(401);
+    }
+    const answer = await requestToken(server, { ...wrong, client_id: "unknown-11" });
+    expect(answer.status).toBe(429);
+    expect(Number(answer.headers.get("retry-after"))).toBe(60);
+  });
+});
+
+describe("secrets and tokens in logs", () => {
+  it("never writes a client secret, assertion or access token to the log", async () => {
+    let logged = "";
+    const sink = new PassThrough();
+    sink.on("data", (c: Buffer) => (logged += c.toString()));
+    const accessd = await startAccessd(
+      { ...configDefaults, port: 0, database: ":memory:", logLevel: "trace", bootstrapClient: testBootstrapClient },
+      createLogger("trace", sink),
+    );
+    try {
+      const post = (body: string) =>
+        fetch(`${accessd.url}/auth/v1/token`, {
+          method: "POST",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body,
+        });
+      const ok = (await (
+        await post(`grant_type=client_credentials&client_id=${testBootstrapClient.clientId}&client_secret=${testBootstrapClient.clientSecret}`)
+      ).json()) as { access_token: string };
+      await post(`grant_type=client_credentials&client_id=${testBootstrapClient.clientId}&client_secret=wrong-secret-value`);
+      await fetch(`${accessd.url}/api/v1/users`, { headers: { authorization: `Bearer ${ok.access_token}` } });
+      await fetch(`${accessd.url}/api/v1/users`, { headers: { authorization: "Bearer forged.token.value" } });
+    } finally {
+      await accessd.close();
+    }
+    expect(logged).toContain("token request refused");
+    for (const secret of [testBootstrapClient.clientSecret, "wrong-secret-value", "forged.token.value"]) {
+      expect(logged).not.toContain(secret);
+    }
+    expect(logged).not.toMatch(/eyJ[\w-]+\.[\w-]+\.[\w-]+/); // no JWT of any kind
+  });
+});
+
+describe("roles of a token over gRPC", () => {
+  it("answers a gRPC call without a token with UNAUTHENTICATED and one of a roleless user with PERMISSION_DENIED", async () => {
+    const missing = await grpcListUsers(server, undefined).then(
+      () => undefined,
+      (e: unknown) => e as grpc.ServiceError,
+    );
+    expect(missing?.code).toBe(grpc.status.UNAUTHENTICATED);
+    const roleless = await grpcListUsers(server, `Bearer ${await server.tokenFor()}`).then(
+      () => undefined,
+      (e: unknown) => e as grpc.ServiceError,
+    );
+    expect(roleless?.code).toBe(grpc.status.PERMISSION_DENIED);
+    const reader = await grpcListUsers(server, `Bearer ${await server.tokenFor(Role.READ_ONLY)}`);
+    expect(reader.list.length).toBeGreaterThan(0);
+  });
+});
