@@ -14,6 +14,8 @@ export interface Config {
   apiMaxBodyBytes: number;
   /** Connections idle or still sending a request after this long are cut. */
   requestTimeoutMs: number;
+  /** Test knob (ACCESSD_TEST_STEP_DELAY_MS): the automation worker waits this long before each step. */
+  testStepDelayMs: number;
   /** ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET: a Super Admin client created at start when absent. */
   bootstrapClient: { clientId: string; clientSecret: string } | undefined;
   /** Lifetime of issued access tokens, in milliseconds. */
@@ -49,6 +51,7 @@ export const configDefaults: Config = {
   logLevel: "info",
   apiMaxBodyBytes: 1024 * 1024,
   requestTimeoutMs: 30_000,
+  testStepDelayMs: 0,
   bootstrapClient: undefined,
   tokenTtlMs: 3_600_000,
   trustedProxies: [],
@@ -69,6 +72,7 @@ export function loadConfig(env: Env = process.env): Config {
     apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
     requestTimeoutMs:
       parseDuration(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
+    testStepDelayMs: parseInteger(env, "ACCESSD_TEST_STEP_DELAY_MS", 0, 60_000) ?? configDefaults.testStepDelayMs,
     bootstrapClient: parseBootstrapClient(env) ?? configDefaults.bootstrapClient,
     tokenTtlMs: parseTokenTtl(env, "ACCESSD_TOKEN_TTL") ?? configDefaults.tokenTtlMs,
     trustedProxies: parseCidrList(env, "ACCESSD_TRUSTED_PROXIES") ?? configDefaults.trustedProxies,

@@ -1,6 +1,7 @@
 import type { AddressInfo } from "node:net";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { registerApiServices } from "./api/index.js";
+import { ExecutionWorker, noWebhookTriggerHooks, ProgramCache } from "./automations/index.js";
 import {
   AccessTokens,
   authorizationInterceptor,
@@ -31,6 +32,8 @@ export interface Accessd {
   url: string;
   store: Store;
   config: Config;
+  /** The automation worker (tests await `worker.whenIdle()`). */
+  worker: ExecutionWorker;
   /** Every RPC the server serves (for tests that walk the contract). */
   rpcs: readonly DescMethod[];
   /** The Prometheus metrics served at /metrics. */
@@ -52,6 +55,9 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const clock = options.clock ?? systemClock;
   const store = options.store ?? Store.open(config.database);
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
+  const programs = new ProgramCache();
+  const worker = new ExecutionWorker({ store, clock, log, programs, stepDelayMs: config.testStepDelayMs });
+  const automations = { worker, programs, webhookHooks: noWebhookTriggerHooks, baseUrl: config.baseUrl };
   const metrics = options.metrics ?? new Metrics();
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
@@ -71,7 +77,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     ],
     maxBodyBytes: config.apiMaxBodyBytes,
     log,
-    routes: (router) => registerApiServices(router, { store, clock, pageTokens }),
+    routes: (router) => registerApiServices(router, { store, clock, pageTokens, automations }),
   });
   const rpcs = connect.handlers.map((h) => h.method);
   requiredRoles.register(rpcs);
@@ -112,6 +118,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const address = await server.listen(config.port, config.host);
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
   log.info({ address: address.address, port: address.port, database: config.database }, "accessd listening");
+  worker.start();
 
   let closing: Promise<void> | undefined;
   return {
@@ -119,12 +126,14 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     url: `http://${host}:${address.port}`,
     store,
     config,
+    worker,
     rpcs,
     metrics,
     close() {
       closing ??= (async () => {
         shutdown.abort();
         await server.close();
+        await worker.stop(); // the running step finishes; the store closes after it
         store.close();
         log.info("accessd stopped");
       })();

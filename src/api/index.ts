@@ -2,11 +2,15 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { AppEntitlementOwners } from "../../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
 import { AppEntitlements } from "../../gen/svc/api/app/v1/app_entitlement_pb.js";
 import { Apps } from "../../gen/svc/api/app/v1/app_pb.js";
+import { Automations } from "../../gen/svc/api/automations/v1/automation_pb.js";
+import { AutomationExecutions } from "../../gen/svc/api/automations/v1/execution_pb.js";
 import { Clients } from "../../gen/svc/api/iam/v1/clients_pb.js";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
 import { appEntitlementOwnersService } from "./app-entitlement-owners-service.js";
 import { appEntitlementsService } from "./app-entitlements-service.js";
 import { appsService } from "./apps-service.js";
+import { automationExecutionsService } from "./automation-executions-service.js";
+import { automationsService } from "./automations-service.js";
 import { clientsService } from "./clients-service.js";
 import type { ServiceContext } from "./service-context.js";
 import { usersService } from "./users-service.js";
@@ -19,5 +23,7 @@ export function registerApiServices(router: ConnectRouter, context: ServiceConte
   router.service(AppEntitlements, appEntitlementsService(context));
   router.service(AppEntitlementOwners, appEntitlementOwnersService(context));
   router.service(Users, usersService(context));
+  router.service(Automations, automationsService(context));
+  router.service(AutomationExecutions, automationExecutionsService(context));
   router.service(Clients, clientsService(context));
 }

@@ -1,0 +1,201 @@
+import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { timestampFromMs, ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
+import { randomBytes } from "node:crypto";
+import {
+  AutomationSchema,
+  AutomationStepSchema,
+  AutomationTriggerSchema,
+  EntitlementOwnerActionSchema,
+  LogActionSchema,
+  WebhookAuthMethod,
+  type Automation,
+  type AutomationStep,
+  type AutomationTrigger,
+} from "../../gen/svc/api/automations/v1/automation_pb.js";
+import {
+  AutomationExecution_State,
+  AutomationExecutionSchema,
+  StepExecution_State,
+  StepExecutionSchema,
+  type AutomationExecution,
+  type StepExecution,
+} from "../../gen/svc/api/automations/v1/execution_pb.js";
+import type { StepDefinition } from "../automations/step-definition.js";
+import type { TriggerConfig, WebhookAuthMethod as AuthMethod } from "../automations/trigger-config.js";
+import type { Automation as AutomationRecord } from "../store/automations-repository.js";
+import type { Execution, ExecutionState, StepRecord } from "../store/executions-repository.js";
+import { invalidArgument } from "./errors.js";
+
+/** Automations and executions: protobuf messages <-> store records. */
+
+export function webhookEndpointUrl(baseUrl: string, listenerId: string): string {
+  return `${baseUrl}/api/v1/webhooks/incoming/${listenerId}`;
+}
+
+export function automationMessage(a: AutomationRecord, baseUrl: string): Automation {
+  return create(AutomationSchema, {
+    id: a.id,
+    displayName: a.displayName,
+    description: a.description,
+    trigger: triggerMessage(a.trigger, baseUrl),
+    steps: a.steps.map(stepMessage),
+    published: a.published,
+    triggerEnabled: a.triggerEnabled,
+    version: a.version,
+    createdAt: timestampFromMs(a.createdAt),
+    updatedAt: timestampFromMs(a.updatedAt),
+  });
+}
+
+function triggerMessage(trigger: TriggerConfig, baseUrl: string): AutomationTrigger {
+  if (trigger.kind === "manual") return create(AutomationTriggerSchema, { trigger: { case: "manual", value: {} } });
+  return create(AutomationTriggerSchema, {
+    trigger: {
+      case: "webhook",
+      value: {
+        authMethod: trigger.authMethod === "HMAC" ? WebhookAuthMethod.HMAC : WebhookAuthMethod.JWT,
+        jwksUrl: trigger.jwksUrl,
+        ipRestrictionEnabled: trigger.ipRestrictionEnabled,
+        allowedCidrs: trigger.allowedCidrs,
+        listenerId: trigger.listenerId,
+        endpointUrl: webhookEndpointUrl(baseUrl, trigger.listenerId),
+      },
+    },
+  });
+}
+
+function stepMessage(step: StepDefinition): AutomationStep {
+  const message = create(AutomationStepSchema, { name: step.name, skipIfTrueCel: step.skipIfTrueCel });
+  const action = step.action;
+  if (action.kind === "log") {
+    message.action = { case: "log", value: create(LogActionSchema, { messageCel: action.messageCel }) };
+  } else {
+    const { appIdCel, entitlementIdCel, userIdCel } = action;
+    message.action = { case: action.kind, value: create(EntitlementOwnerActionSchema, { appIdCel, entitlementIdCel, userIdCel }) };
+  }
+  return message;
+}
+
+/**
+ * The trigger a request asks for. A webhook trigger keeps the listener id it had (its endpoint
+ * URL stays stable across updates); a new one gets a random, unguessable id (144 bits).
+ */
+export function triggerFromMessage(
+  message: AutomationTrigger | undefined,
+  previous: TriggerConfig | undefined,
+  field = "trigger",
+): TriggerConfig {
+  const trigger = message?.trigger;
+  if (trigger === undefined || trigger.case === undefined) {
+    throw invalidArgument(`${field} is required: set ${field}.webhook or ${field}.manual`);
+  }
+  if (trigger.case === "manual") return { kind: "manual" };
+  const webhook = trigger.value;
+  const authMethod = authMethodOf(webhook.authMethod, `${field}.webhook.authMethod`);
+  if (authMethod === "JWT" && webhook.jwksUrl.trim() === "") {
+    throw invalidArgument(`${field}.webhook.jwksUrl is required for JWT listeners`);
+  }
+  if (authMethod === "HMAC" && webhook.jwksUrl !== "") {
+    throw invalidArgument(`${field}.webhook.jwksUrl applies to JWT listeners only`);
+  }
+  return {
+    kind: "webhook",
+    listenerId: previous?.kind === "webhook" ? previous.listenerId : randomBytes(18).toString("base64url"),
+    authMethod,
+    jwksUrl: webhook.jwksUrl,
+    ipRestrictionEnabled: webhook.ipRestrictionEnabled,
+    allowedCidrs: [...webhook.allowedCidrs],
+  };
+}
+
+function authMethodOf(method: WebhookAuthMethod, field: string): AuthMethod {
+  if (method === WebhookAuthMethod.HMAC) return "HMAC";
+  if (method === WebhookAuthMethod.JWT) return "JWT";
+  throw invalidArgument(`${field} is required: HMAC or JWT`);
+}
+
+/** Step messages -> definitions; the CEL is checked by validateSteps. */
+export function stepsFromMessages(steps: readonly AutomationStep[], field = "steps"): StepDefinition[] {
+  return steps.map((step, index) => {
+    const action = step.action;
+    const where = `${field}[${index}]`;
+    switch (action.case) {
+      case "addEntitlementOwner":
+      case "removeEntitlementOwner":
+        return {
+          name: step.name,
+          skipIfTrueCel: step.skipIfTrueCel,
+          action: {
+            kind: action.case,
+            appIdCel: action.value.appIdCel,
+            entitlementIdCel: action.value.entitlementIdCel,
+            userIdCel: action.value.userIdCel,
+          },
+        };
+      case "log":
+        return { name: step.name, skipIfTrueCel: step.skipIfTrueCel, action: { kind: "log", messageCel: action.value.messageCel } };
+      default:
+        throw invalidArgument(`${where} needs an action: addEntitlementOwner, removeEntitlementOwner or log`);
+    }
+  });
+}
+
+const executionStates: Record<ExecutionState, AutomationExecution_State> = {
+  PENDING: AutomationExecution_State.PENDING,
+  RUNNING: AutomationExecution_State.RUNNING,
+  SUCCEEDED: AutomationExecution_State.SUCCEEDED,
+  FAILED: AutomationExecution_State.FAILED,
+};
+
+export function executionStateFromMessage(state: AutomationExecution_State): ExecutionState | undefined {
+  const found = Object.entries(executionStates).find(([, value]) => value === state);
+  return found === undefined ? undefined : (found[0] as ExecutionState);
+}
+
+export function jsonFromValue(value: Value | undefined): JsonValue | undefined {
+  return value === undefined ? undefined : toJson(ValueSchema, value);
+}
+
+/**
+ * An execution with one entry per step of the version it runs: the recorded ones as stored, the
+ * step a RUNNING execution is at as RUNNING, and the ones not reached as PENDING.
+ */
+export function executionMessage(e: Execution, stepNames: readonly string[], records: readonly StepRecord[]): AutomationExecution {
+  const byPosition = new Map(records.map((r) => [r.position, r]));
+  const current = records.length;
+  return create(AutomationExecutionSchema, {
+    id: e.id,
+    automationId: e.automationId,
+    automationVersion: e.automationVersion,
+    state: executionStates[e.state],
+    trigger: fromJson(ValueSchema, e.trigger),
+    steps: stepNames.map((name, position) => {
+      const record = byPosition.get(position);
+      if (record !== undefined) return stepExecutionMessage(record);
+      const state = e.state === "RUNNING" && position === current ? StepExecution_State.RUNNING : StepExecution_State.PENDING;
+      return create(StepExecutionSchema, { name, state });
+    }),
+    error: e.error,
+    eventId: e.eventId,
+    createdAt: timestampFromMs(e.createdAt),
+    startedAt: e.startedAt === undefined ? undefined : timestampFromMs(e.startedAt),
+    finishedAt: e.finishedAt === undefined ? undefined : timestampFromMs(e.finishedAt),
+  });
+}
+
+const stepStates = {
+  SUCCEEDED: StepExecution_State.SUCCEEDED,
+  FAILED: StepExecution_State.FAILED,
+  SKIPPED: StepExecution_State.SKIPPED,
+} as const;
+
+function stepExecutionMessage(r: StepRecord): StepExecution {
+  return create(StepExecutionSchema, {
+    name: r.name,
+    state: stepStates[r.state],
+    output: r.output === undefined ? undefined : fromJson(ValueSchema, r.output),
+    error: r.error,
+    startedAt: timestampFromMs(r.startedAt),
+    finishedAt: timestampFromMs(r.finishedAt),
+  });
+}

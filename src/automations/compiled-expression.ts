@@ -1,0 +1,133 @@
+import { celEnv, CelScalar, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
+import { strings } from "@bufbuild/cel/ext";
+
+/** A parsed expression: the AST (cel.expr.Expr) with its source positions. */
+export type ParsedCel = ReturnType<typeof parse>;
+export type Expr = ParsedCel["expr"];
+
+/** The one variable expressions see: `ctx` (ctx.trigger, ctx.steps.<name>, ctx.<name>). */
+export const celEnvironment = celEnv({
+  variables: { ctx: mapType(CelScalar.STRING, CelScalar.DYN) },
+  funcs: strings,
+});
+
+/** A read of a field or key, kept to name a missing field in run-time errors. */
+export interface FieldAccess {
+  exprId: bigint;
+  field: string;
+  /** The expression read, e.g. ctx.trigger["entitlement-id"]. */
+  text: string;
+}
+
+/** An expression parsed and planned once; evaluating it does not parse again. */
+export interface CompiledExpression {
+  source: string;
+  parsed: ParsedCel;
+  evaluate(ctx: ReadonlyMap<string, CelInput>): CelResult;
+  accesses: FieldAccess[];
+}
+
+/** A syntax error, with its 0-based offset into the source. */
+export class CelSyntaxError extends Error {
+  constructor(
+    readonly reason: string,
+    readonly offset: number,
+  ) {
+    super(reason);
+    this.name = "CelSyntaxError";
+  }
+}
+
+/** Parses and plans `source`; throws CelSyntaxError. */
+export function compileExpression(source: string): CompiledExpression {
+  let parsed: ParsedCel;
+  try {
+    parsed = parse(source);
+  } catch (e) {
+    throw syntaxError(e);
+  }
+  const program = plan(celEnvironment, parsed);
+  return {
+    source,
+    parsed,
+    evaluate: (ctx) => program({ ctx }),
+    accesses: collectAccesses(parsed.expr),
+  };
+}
+
+/** 1-based "line:column" of an offset, for messages. */
+export function positionOf(source: string, offset: number): string {
+  const before = source.slice(0, Math.max(0, offset));
+  const line = before.split("\n").length;
+  const column = offset - before.lastIndexOf("\n");
+  return `${line}:${column}`;
+}
+
+/** The source offset of a sub-expression, 0 when the parser recorded none. */
+export function offsetOf(parsed: ParsedCel, exprId: bigint): number {
+  return parsed.sourceInfo?.positions[exprId.toString()] ?? 0;
+}
+
+function syntaxError(e: unknown): CelSyntaxError {
+  const message = e instanceof Error ? e.message : String(e);
+  const offset = hasLocation(e) ? e.location.start.offset : 0;
+  // peggy prefixes "<input>:line:col: "; the caller states the position its own way.
+  return new CelSyntaxError(message.replace(/^<input>:\d+:\d+:\s*/, ""), offset);
+}
+
+function hasLocation(e: unknown): e is { location: { start: { offset: number } } } {
+  if (typeof e !== "object" || e === null || !("location" in e)) return false;
+  const location: unknown = e.location;
+  if (typeof location !== "object" || location === null || !("start" in location)) return false;
+  const start: unknown = location.start;
+  return typeof start === "object" && start !== null && "offset" in start && typeof start.offset === "number";
+}
+
+function collectAccesses(root: Expr): FieldAccess[] {
+  const accesses: FieldAccess[] = [];
+  forEachExpr(root, (expr) => {
+    const kind = expr.exprKind;
+    if (kind.case === "selectExpr" && !kind.value.testOnly && kind.value.operand !== undefined) {
+      accesses.push({ exprId: expr.id, field: kind.value.field, text: unparse(expr) });
+    } else if (kind.case === "callExpr" && kind.value.function === "_[_]") {
+      const key = kind.value.args[1]?.exprKind;
+      if (key?.case === "constExpr" && key.value.constantKind.case === "stringValue") {
+        accesses.push({ exprId: expr.id, field: key.value.constantKind.value, text: unparse(expr) });
+      }
+    }
+  });
+  return accesses;
+}
+
+/** Visits every sub-expression, parents first. */
+export function forEachExpr(expr: Expr | undefined, visit: (expr: Expr) => void): void {
+  if (expr === undefined) return;
+  visit(expr);
+  for (const child of childrenOf(expr)) forEachExpr(child, visit);
+}
+
+export function childrenOf(expr: Expr): Expr[] {
+  const kind = expr.exprKind;
+  const present = (list: (Expr | undefined)[]) => list.filter((e): e is Expr => e !== undefined);
+  switch (kind.case) {
+    case "selectExpr":
+      return present([kind.value.operand]);
+    case "callExpr":
+      return present([kind.value.target, ...kind.value.args]);
+    case "listExpr":
+      return kind.value.elements;
+    case "structExpr":
+      return present(
+        kind.value.entries.flatMap((entry) => [
+          entry.keyKind.case === "mapKey" ? entry.keyKind.value : undefined,
+          entry.value,
+        ]),
+      );
+    case "comprehensionExpr": {
+      const c = kind.value;
+      return present([c.iterRange, c.accuInit, c.loopCondition, c.loopStep, c.result]);
+    }
+    default:
+      return [];
+  }
+}

@@ -1,0 +1,38 @@
+import type { JsonValue } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { newId } from "../store/ids.js";
+import type { Store } from "../store/store.js";
+
+export interface EnqueueExecution {
+  automationId: string;
+  /** Becomes ctx.trigger: the webhook body or the Execute context. */
+  trigger: JsonValue;
+  /** The Webhook-Event-Id that started it, for webhook-triggered executions. */
+  eventId?: string;
+}
+
+/**
+ * Creates a PENDING execution of the automation's current version (its steps as of now; later
+ * updates do not change it). Synchronous and a single statement, so call it inside the
+ * transaction you opened to record it atomically with your own writes:
+ *
+ *   const { executionId } = store.transaction(() => {
+ *     store.webhooks.events.record(...);
+ *     return enqueueExecution(store, clock.now(), { automationId, trigger: body, eventId });
+ *   });
+ *   worker.notify(); // after the commit: wake the worker
+ *
+ * Throws not_found when the automation does not exist (rolling your transaction back).
+ */
+export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): { executionId: string } {
+  const executionId = newId();
+  const created = store.executions.insertPending({
+    id: executionId,
+    automationId: request.automationId,
+    trigger: request.trigger,
+    eventId: request.eventId ?? "",
+    now,
+  });
+  if (!created) throw new ConnectError(`automation ${JSON.stringify(request.automationId)} not found`, Code.NotFound);
+  return { executionId };
+}

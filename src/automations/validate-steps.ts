@@ -1,0 +1,59 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { findReferenceProblem } from "./check-references.js";
+import { CelSyntaxError, offsetOf, positionOf } from "./compiled-expression.js";
+import type { ProgramCache } from "./program-cache.js";
+import { stepExpressions, type StepDefinition } from "./step-definition.js";
+
+export const maxSteps = 100;
+export const maxExpressionLength = 4096;
+
+/** Names later steps can write as ctx.<name>; "trigger" and "steps" are ctx's own keys. */
+const stepNamePattern = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const reservedStepNames = new Set(["trigger", "steps"]);
+
+/**
+ * Checks the steps of an automation being saved and compiles every expression into `programs`,
+ * so that runs find them compiled. Throws invalid_argument naming the step, the field and, for an
+ * expression, the line:column of the problem.
+ */
+export function validateSteps(steps: readonly StepDefinition[], programs: ProgramCache): void {
+  if (steps.length > maxSteps) throw invalid(`an automation has at most ${maxSteps} steps, not ${steps.length}`);
+  const names = steps.map((s) => s.name);
+  steps.forEach((step, index) => {
+    const where = `steps[${index}]`;
+    if (step.name === "") throw invalid(`${where}.name is required`);
+    if (!stepNamePattern.test(step.name)) {
+      throw invalid(`${where}.name "${step.name}" must be letters, digits and _ (not starting with a digit)`);
+    }
+    if (reservedStepNames.has(step.name)) throw invalid(`${where}.name "${step.name}" is reserved (ctx.${step.name})`);
+    if (names.indexOf(step.name) !== index) throw invalid(`${where}.name "${step.name}" is used by an earlier step`);
+
+    const scope = {
+      earlier: new Set(names.slice(0, index)),
+      self: step.name,
+      later: new Set(names.slice(index + 1)),
+    };
+    for (const { field, source } of stepExpressions(step)) {
+      const at = `${where} ("${step.name}").${field}`;
+      if (source.trim() === "") throw invalid(`${at} is required`);
+      if (source.length > maxExpressionLength) throw invalid(`${at} is longer than ${maxExpressionLength} characters`);
+      let compiled;
+      try {
+        compiled = programs.get(source);
+      } catch (e) {
+        if (e instanceof CelSyntaxError) {
+          throw invalid(`${at}: syntax error at ${positionOf(source, e.offset)}: ${e.reason}`);
+        }
+        throw e;
+      }
+      const problem = findReferenceProblem(compiled.parsed.expr, scope);
+      if (problem !== undefined) {
+        throw invalid(`${at}: ${problem.message} at ${positionOf(source, offsetOf(compiled.parsed, problem.exprId))}`);
+      }
+    }
+  });
+}
+
+function invalid(message: string): ConnectError {
+  return new ConnectError(message, Code.InvalidArgument);
+}

@@ -1,0 +1,217 @@
+import type { JsonValue } from "@bufbuild/protobuf";
+import type { Database } from "./database.js";
+
+export type ExecutionState = "PENDING" | "RUNNING" | "SUCCEEDED" | "FAILED";
+export type StepState = "SUCCEEDED" | "FAILED" | "SKIPPED";
+
+export interface Execution {
+  id: string;
+  automationId: string;
+  automationVersion: number;
+  state: ExecutionState;
+  /** ctx.trigger: the webhook body or the Execute context. */
+  trigger: JsonValue;
+  /** The Webhook-Event-Id that started it; "" otherwise. */
+  eventId: string;
+  error: string;
+  createdAt: number;
+  startedAt: number | undefined;
+  finishedAt: number | undefined;
+}
+
+/** A finished step of an execution. Steps not yet run have no record. */
+export interface StepRecord {
+  position: number;
+  name: string;
+  state: StepState;
+  output: JsonValue | undefined;
+  error: string;
+  startedAt: number;
+  finishedAt: number;
+}
+
+export interface ExecutionFilter {
+  /** "" for every automation. */
+  automationId: string;
+  /** undefined for every state. */
+  state: ExecutionState | undefined;
+}
+
+interface ExecutionRow {
+  id: string;
+  automation_id: string;
+  automation_version: number;
+  state: ExecutionState;
+  trigger: string;
+  event_id: string;
+  error: string;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
+interface StepRow {
+  execution_id: string;
+  position: number;
+  name: string;
+  state: StepState;
+  output: string | null;
+  error: string;
+  started_at: number;
+  finished_at: number;
+}
+
+const toExecution = (row: ExecutionRow): Execution => ({
+  id: row.id,
+  automationId: row.automation_id,
+  automationVersion: row.automation_version,
+  state: row.state,
+  trigger: JSON.parse(row.trigger) as JsonValue,
+  eventId: row.event_id,
+  error: row.error,
+  createdAt: row.created_at,
+  startedAt: row.started_at ?? undefined,
+  finishedAt: row.finished_at ?? undefined,
+});
+
+const toStepRecord = (row: StepRow): StepRecord => ({
+  position: row.position,
+  name: row.name,
+  state: row.state,
+  output: row.output === null ? undefined : (JSON.parse(row.output) as JsonValue),
+  error: row.error,
+  startedAt: row.started_at,
+  finishedAt: row.finished_at,
+});
+
+export class ExecutionsRepository {
+  private readonly insertStmt;
+  private readonly getStmt;
+  private readonly nextUnfinishedStmt;
+  private readonly startStmt;
+  private readonly finishStmt;
+  private readonly insertStepStmt;
+  private readonly stepsStmt;
+  private readonly stepsOfManyStmt;
+  private readonly pageAll;
+  private readonly pageByAutomation;
+  private readonly pageByState;
+  private readonly pageByAutomationAndState;
+
+  constructor(db: Database) {
+    this.insertStmt = db.prepare<{
+      id: string;
+      automationId: string;
+      trigger: string;
+      eventId: string;
+      now: number;
+    }>(
+      `INSERT INTO automation_executions (id, automation_id, automation_version, state, trigger, event_id, error, created_at)
+       SELECT :id, id, version, 'PENDING', :trigger, :eventId, '', :now FROM automations WHERE id = :automationId`,
+    );
+    this.getStmt = db.prepare<[string], ExecutionRow>("SELECT * FROM automation_executions WHERE id = ?");
+    this.nextUnfinishedStmt = db.prepare<[], ExecutionRow>(
+      "SELECT * FROM automation_executions WHERE state IN ('PENDING', 'RUNNING') ORDER BY id LIMIT 1",
+    );
+    this.startStmt = db.prepare<[number, string]>(
+      "UPDATE automation_executions SET state = 'RUNNING', started_at = coalesce(started_at, ?) WHERE id = ?",
+    );
+    this.finishStmt = db.prepare<[ExecutionState, string, number, string]>(
+      "UPDATE automation_executions SET state = ?, error = ?, finished_at = ? WHERE id = ? AND state = 'RUNNING'",
+    );
+    this.insertStepStmt = db.prepare<[string, number, string, StepState, string | null, string, number, number]>(
+      `INSERT INTO automation_step_executions (execution_id, position, name, state, output, error, started_at, finished_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.stepsStmt = db.prepare<[string], StepRow>(
+      "SELECT * FROM automation_step_executions WHERE execution_id = ? ORDER BY position",
+    );
+    this.stepsOfManyStmt = db.prepare<[string], StepRow>(
+      `SELECT * FROM automation_step_executions WHERE execution_id IN (SELECT value FROM json_each(?))
+       ORDER BY execution_id, position`,
+    );
+    this.pageAll = db.prepare<[string, number], ExecutionRow>(
+      "SELECT * FROM automation_executions WHERE id > ? ORDER BY id LIMIT ?",
+    );
+    this.pageByAutomation = db.prepare<[string, string, number], ExecutionRow>(
+      "SELECT * FROM automation_executions WHERE automation_id = ? AND id > ? ORDER BY id LIMIT ?",
+    );
+    this.pageByState = db.prepare<[string, string, number], ExecutionRow>(
+      "SELECT * FROM automation_executions WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+    );
+    this.pageByAutomationAndState = db.prepare<[string, string, string, number], ExecutionRow>(
+      "SELECT * FROM automation_executions WHERE automation_id = ? AND state = ? AND id > ? ORDER BY id LIMIT ?",
+    );
+  }
+
+  /**
+   * Creates a PENDING execution of the automation's current version. False when the automation
+   * does not exist. One statement, so it joins whatever transaction the caller has open.
+   */
+  insertPending(e: { id: string; automationId: string; trigger: JsonValue; eventId: string; now: number }): boolean {
+    const { id, automationId, eventId, now } = e;
+    return this.insertStmt.run({ id, automationId, trigger: JSON.stringify(e.trigger), eventId, now }).changes > 0;
+  }
+
+  get(id: string): Execution | undefined {
+    const row = this.getStmt.get(id);
+    return row === undefined ? undefined : toExecution(row);
+  }
+
+  /** The oldest execution not yet finished (an interrupted RUNNING one, or the next PENDING). */
+  nextUnfinished(): Execution | undefined {
+    const row = this.nextUnfinishedStmt.get();
+    return row === undefined ? undefined : toExecution(row);
+  }
+
+  /** PENDING -> RUNNING; a resumed execution keeps its first start time. */
+  markRunning(id: string, now: number): void {
+    this.startStmt.run(now, id);
+  }
+
+  /** RUNNING -> SUCCEEDED or FAILED. False when it was not RUNNING. */
+  finish(id: string, state: "SUCCEEDED" | "FAILED", error: string, now: number): boolean {
+    return this.finishStmt.run(state, error, now, id).changes > 0;
+  }
+
+  /** Records a finished step; throws (SQLITE_CONSTRAINT_PRIMARYKEY) if that step was recorded already. */
+  recordStep(executionId: string, step: StepRecord): void {
+    this.insertStepStmt.run(
+      executionId,
+      step.position,
+      step.name,
+      step.state,
+      step.output === undefined ? null : JSON.stringify(step.output),
+      step.error,
+      step.startedAt,
+      step.finishedAt,
+    );
+  }
+
+  steps(executionId: string): StepRecord[] {
+    return this.stepsStmt.all(executionId).map(toStepRecord);
+  }
+
+  /** The step records of several executions at once, by execution id. */
+  stepsOf(executionIds: readonly string[]): Map<string, StepRecord[]> {
+    const byExecution = new Map<string, StepRecord[]>(executionIds.map((id) => [id, []]));
+    for (const row of this.stepsOfManyStmt.all(JSON.stringify(executionIds))) {
+      byExecution.get(row.execution_id)?.push(toStepRecord(row));
+    }
+    return byExecution;
+  }
+
+  listAfter(filter: ExecutionFilter, after: string | undefined, limit: number): Execution[] {
+    const from = after ?? "";
+    const { automationId, state } = filter;
+    const rows =
+      automationId === ""
+        ? state === undefined
+          ? this.pageAll.all(from, limit)
+          : this.pageByState.all(state, from, limit)
+        : state === undefined
+          ? this.pageByAutomation.all(automationId, from, limit)
+          : this.pageByAutomationAndState.all(automationId, state, from, limit);
+    return rows.map(toExecution);
+  }
+}

@@ -1,0 +1,289 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { answer, createApp, createEntitlement, createUser, listOwnerIds } from "./support/api-fixtures.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+interface StepJson {
+  name: string;
+  state: string;
+  output?: unknown;
+  error?: string;
+}
+interface ExecutionJson {
+  id: string;
+  automationId: string;
+  automationVersion?: number;
+  state: string;
+  trigger?: unknown;
+  steps: StepJson[];
+  error?: string;
+}
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+const grantStep = {
+  name: "grant",
+  addEntitlementOwner: {
+    appIdCel: "ctx.trigger.app_id",
+    entitlementIdCel: 'ctx.trigger["entitlement-id"]',
+    userIdCel: "ctx.trigger.user_id",
+  },
+};
+
+async function createAutomation(steps: unknown[], displayName = "Grant on request"): Promise<string> {
+  const res = await server.call("POST", "/api/v1/automations", { displayName, trigger: { manual: {} }, steps });
+  const { status, body } = await answer(res);
+  expect({ status, body }).toMatchObject({ status: 200 });
+  return (body as { automation: { id: string } }).automation.id;
+}
+
+async function execute(automationId: string, context: unknown): Promise<ExecutionJson> {
+  const res = await server.call("POST", `/api/v1/automations/${automationId}/execute`, { context });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { execution: ExecutionJson }).execution;
+}
+
+async function getExecution(id: string): Promise<ExecutionJson> {
+  const res = await server.call("GET", `/api/v1/automation_executions/${id}`);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { execution: ExecutionJson }).execution;
+}
+
+/** Runs an execution to its end and returns it without timestamps. */
+async function executeToEnd(automationId: string, context: unknown): Promise<ExecutionJson> {
+  const created = await execute(automationId, context);
+  await server.worker.whenIdle();
+  const { id, automationId: a, automationVersion, state, trigger, steps, error } = await getExecution(created.id);
+  return {
+    id,
+    automationId: a,
+    automationVersion,
+    state,
+    trigger,
+    error,
+    steps: steps.map(({ name, state: s, output, error: e }) => ({ name, state: s, output, error: e })),
+  };
+}
+
+describe("automation executions", () => {
+  it("adds the owner named by ctx.trigger.user_id and ctx.trigger[\"entitlement-id\"] and records each step's output", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const automationId = await createAutomation([
+      grantStep,
+      { name: "note", log: { messageCel: '"added " + ctx.grant.userId + " to " + ctx.steps.grant.entitlementId' } },
+    ]);
+    const context = { app_id: appId, "entitlement-id": entitlementId, user_id: userId };
+
+    const created = await execute(automationId, context);
+    expect(created).toMatchObject({
+      automationId,
+      automationVersion: 1,
+      state: "PENDING",
+      trigger: context,
+      steps: [
+        { name: "grant", state: "PENDING" },
+        { name: "note", state: "PENDING" },
+      ],
+    });
+
+    const execution = await executeToEnd(automationId, context);
+    expect(execution).toEqual({
+      id: execution.id,
+      automationId,
+      automationVersion: 1,
+      state: "SUCCEEDED",
+      trigger: context,
+      error: undefined,
+      steps: [
+        { name: "grant", state: "SUCCEEDED", output: { appId, entitlementId, userId }, error: undefined },
+        { name: "note", state: "SUCCEEDED", output: `added ${userId} to ${entitlementId}`, error: undefined },
+      ],
+    });
+    expect(await listOwnerIds(server, appId, entitlementId)).toEqual([userId]);
+  });
+
+  it("marks a step SKIPPED when its skipIfTrueCel is true, and has() sees that it has no output", async () => {
+    const automationId = await createAutomation([
+      { name: "maybe", skipIfTrueCel: "!has(ctx.trigger.note)", log: { messageCel: "ctx.trigger.note" } },
+      { name: "after", log: { messageCel: 'has(ctx.steps.maybe) ? "ran" : "skipped"' } },
+    ]);
+    const skipped = await executeToEnd(automationId, { other: 1 });
+    expect(skipped.state).toBe("SUCCEEDED");
+    expect(skipped.steps).toEqual([
+      { name: "maybe", state: "SKIPPED", output: undefined, error: undefined },
+      { name: "after", state: "SUCCEEDED", output: "skipped", error: undefined },
+    ]);
+    const ran = await executeToEnd(automationId, { note: "hello" });
+    expect(ran.steps).toEqual([
+      { name: "maybe", state: "SUCCEEDED", output: "hello", error: undefined },
+      { name: "after", state: "SUCCEEDED", output: "ran", error: undefined },
+    ]);
+  });
+
+  it("fails the step and the execution with a message naming a missing field", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const automationId = await createAutomation([grantStep, { name: "never", log: { messageCel: '"unreached"' } }]);
+    const execution = await executeToEnd(automationId, { app_id: appId, "entitlement-id": entitlementId });
+    expect(execution.state).toBe("FAILED");
+    expect(execution.steps).toEqual([
+      { name: "grant", state: "FAILED", output: undefined, error: 'userIdCel: ctx.trigger.user_id is missing (no field "user_id")' },
+      { name: "never", state: "PENDING", output: undefined, error: undefined },
+    ]);
+    expect(execution.error).toBe('step "grant" failed: userIdCel: ctx.trigger.user_id is missing (no field "user_id")');
+
+    const bracketed = await executeToEnd(automationId, { app_id: appId, user_id: "u" });
+    expect(bracketed.steps[0]?.error).toBe(
+      'entitlementIdCel: ctx.trigger["entitlement-id"] is missing (no field "entitlement-id")',
+    );
+  });
+
+  it("fails the step with a message saying which input had the wrong type", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const automationId = await createAutomation([grantStep]);
+    const execution = await executeToEnd(automationId, { app_id: appId, "entitlement-id": entitlementId, user_id: 42 });
+    expect(execution.state).toBe("FAILED");
+    expect(execution.steps[0]).toEqual({
+      name: "grant",
+      state: "FAILED",
+      output: undefined,
+      error: "userIdCel must evaluate to a string id, got double 42",
+    });
+    expect(await listOwnerIds(server, appId, entitlementId)).toEqual([]);
+
+    const skipNotBool = await createAutomation([{ name: "s", skipIfTrueCel: "ctx.trigger.flag", log: { messageCel: "1" } }]);
+    expect((await executeToEnd(skipNotBool, { flag: "yes" })).steps[0]?.error).toBe(
+      "skipIfTrueCel must evaluate to a bool, got string",
+    );
+  });
+
+  it("fails the step with the API's own message for an unknown user", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const automationId = await createAutomation([grantStep]);
+    const execution = await executeToEnd(automationId, { app_id: appId, "entitlement-id": entitlementId, user_id: "nobody" });
+    expect(execution.steps[0]).toMatchObject({ state: "FAILED", error: 'user "nobody" not found' });
+  });
+
+  it("removes an owner with removeEntitlementOwner", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const automationId = await createAutomation([
+      grantStep,
+      { name: "revoke", removeEntitlementOwner: { appIdCel: "ctx.grant.appId", entitlementIdCel: "ctx.grant.entitlementId", userIdCel: "ctx.grant.userId" } },
+    ]);
+    const execution = await executeToEnd(automationId, { app_id: appId, "entitlement-id": entitlementId, user_id: userId });
+    expect(execution.steps.map((s) => s.state)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    expect(await listOwnerIds(server, appId, entitlementId)).toEqual([]);
+  });
+
+  it("runs the steps of the version an execution was created with, not those of a later update", async () => {
+    const automationId = await createAutomation([{ name: "say", log: { messageCel: '"version one"' } }]);
+    await server.worker.stop();
+    const before = await execute(automationId, {});
+    const update = await server.call("POST", `/api/v1/automations/${automationId}`, {
+      automation: { id: automationId, steps: [{ name: "shout", log: { messageCel: '"VERSION TWO"' } }] },
+    });
+    expect(update.status).toBe(200);
+    expect(((await update.json()) as { automation: { version: number } }).automation.version).toBe(2);
+    const after = await execute(automationId, {});
+    server.worker.start();
+    await server.worker.whenIdle();
+
+    expect(await getExecution(before.id)).toMatchObject({
+      automationVersion: 1,
+      state: "SUCCEEDED",
+      steps: [{ name: "say", state: "SUCCEEDED", output: "version one" }],
+    });
+    expect(await getExecution(after.id)).toMatchObject({
+      automationVersion: 2,
+      state: "SUCCEEDED",
+      steps: [{ name: "shout", state: "SUCCEEDED", output: "VERSION TWO" }],
+    });
+  });
+
+  it("answers 404 to Execute of an unknown automation and to Get of an unknown execution", async () => {
+    expect(await answer(await server.call("POST", "/api/v1/automations/nope/execute", { context: {} }))).toEqual({
+      status: 404,
+      body: { code: "not_found", message: 'automation "nope" not found' },
+    });
+    expect(await answer(await server.call("GET", "/api/v1/automation_executions/nope"))).toEqual({
+      status: 404,
+      body: { code: "not_found", message: 'automation execution "nope" not found' },
+    });
+  });
+});
+
+describe("saving automations", () => {
+  const save = (steps: unknown[]) =>
+    server.call("POST", "/api/v1/automations", { displayName: "Bad", trigger: { manual: {} }, steps }).then(answer);
+  const invalid = (message: string) => ({ status: 400, body: { code: "invalid_argument", message } });
+
+  it.each([
+    [
+      "a syntax error",
+      [{ name: "greet", log: { messageCel: "ctx.trigger." } }],
+      'steps[0] ("greet").messageCel: syntax error at 1:12: found . but expecting end of input',
+    ],
+    [
+      "an unknown variable",
+      [{ name: "greet", log: { messageCel: '"hi " + user' } }],
+      'steps[0] ("greet").messageCel: unknown variable "user" (expressions read ctx.trigger and ctx.steps.<name>) at 1:9',
+    ],
+    [
+      "a reference to a later step",
+      [
+        { name: "first", log: { messageCel: "ctx.steps.second" } },
+        { name: "second", log: { messageCel: "1" } },
+      ],
+      'steps[0] ("first").messageCel: step "second" runs later; a step reads only the outputs of earlier steps at 1:10',
+    ],
+    [
+      "a reference to an unknown step",
+      [{ ...grantStep, name: "first", addEntitlementOwner: { ...grantStep.addEntitlementOwner, userIdCel: "ctx.lookup.id" } }],
+      'steps[0] ("first").userIdCel: unknown step "lookup" at 1:4',
+    ],
+    [
+      "a step reading its own output",
+      [{ name: "me", skipIfTrueCel: 'has(ctx["me"].x)', log: { messageCel: "1" } }],
+      'steps[0] ("me").skipIfTrueCel: step "me" cannot read its own output at 1:8',
+    ],
+    [
+      "an unknown function",
+      [{ name: "f", log: { messageCel: "frobnicate(ctx.trigger)" } }],
+      'steps[0] ("f").messageCel: unknown function "frobnicate" at 1:1',
+    ],
+    ["a reserved step name", [{ name: "trigger", log: { messageCel: "1" } }], 'steps[0].name "trigger" is reserved (ctx.trigger)'],
+    ["a repeated step name", [{ name: "a", log: { messageCel: "1" } }, { name: "a", log: { messageCel: "2" } }], 'steps[1].name "a" is used by an earlier step'],
+    ["a step without an action", [{ name: "a" }], "steps[0] needs an action: addEntitlementOwner, removeEntitlementOwner or log"],
+    ["an empty expression", [{ name: "a", log: { messageCel: " " } }], 'steps[0] ("a").messageCel is required'],
+  ])("answers 400 naming the step for %s", async (_, steps, message) => {
+    expect(await save(steps)).toEqual(invalid(message));
+  });
+
+  it("accepts macros, comprehension variables, type names and string extensions", async () => {
+    const res = await save([
+      { name: "a", log: { messageCel: "ctx.trigger.items.exists(i, i.id == 'x') && type(ctx.trigger.n) == double" } },
+      { name: "b", log: { messageCel: "ctx.trigger.items.map(i, i.name.lowerAscii())" } },
+      { name: "c", skipIfTrueCel: "has(ctx.steps.a) && 'b' in ctx.steps", log: { messageCel: "ctx.a" } },
+    ]);
+    expect(res.status).toBe(200);
+  });
+
+  it("answers 400 to an update whose steps do not compile, and keeps the version", async () => {
+    const automationId = await createAutomation([{ name: "a", log: { messageCel: "1" } }]);
+    const res = await server.call("POST", `/api/v1/automations/${automationId}`, {
+      automation: { id: automationId, steps: [{ name: "a", log: { messageCel: "ctx.b" } }] },
+    });
+    expect(await answer(res)).toEqual(invalid('steps[0] ("a").messageCel: unknown step "b" at 1:4'));
+    const get = await server.call("GET", `/api/v1/automations/${automationId}`);
+    expect(((await get.json()) as { automation: { version: number } }).automation.version).toBe(1);
+  });
+});
