@@ -1,0 +1,135 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
+import { newClientKey, requestToken } from "./support/auth-helpers.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+async function createUser(roles: string[] = [], headers: Record<string, string> = {}): Promise<Response> {
+  return server.call("POST", "/api/v1/users", { displayName: "someone", roles }, headers);
+}
+
+async function userIdWith(roles: string[]): Promise<string> {
+  const res = await createUser(roles);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { user: { id: string } }).user.id;
+}
+
+describe("svc.api.iam.v1.Clients", () => {
+  it("creates a client_secret_post client, shows its secret once, and the secret gets a token", async () => {
+    const userId = await userIdWith(["ADMIN"]);
+    const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "ci", userId });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as {
+      client: { id: string; displayName: string; userId: string; authMethod: string; createdAt: string };
+      clientSecret: string;
+    };
+    expect(body.client).toMatchObject({ displayName: "ci", userId, authMethod: "CLIENT_SECRET_POST" });
+    expect(body.clientSecret).toMatch(/^[\w-]{43}$/);
+    const token = await requestToken(server, {
+      grant_type: "client_credentials",
+      client_id: body.client.id,
+      client_secret: body.clientSecret,
+    });
+    expect(token.status).toBe(200);
+
+    const listed = await server.call("GET", "/api/v1/iam/clients");
+    expect(listed.status).toBe(200);
+    const text = await listed.text();
+    expect(text).not.toContain(body.clientSecret);
+    expect(text).not.toContain("clientSecret");
+    const list = (JSON.parse(text) as { list: { id: string }[]; nextPageToken: string }).list;
+    expect(list.map((c) => c.id)).toContain(body.client.id);
+    expect(JSON.parse(text)).toHaveProperty("nextPageToken", "");
+  });
+
+  it("registers a public JWK and keeps only its public members", async () => {
+    const userId = await userIdWith(["READ_ONLY"]);
+    const key = await newClientKey("ES256");
+    const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "signer", userId, publicJwk: { ...key.publicJwk, use: "sig" } });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { client: { publicJwk: Record<string, string>; authMethod: string }; clientSecret?: string };
+    expect(body.client.authMethod).toBe("PRIVATE_KEY_JWT");
+    expect(body.client.publicJwk).toEqual({ ...key.publicJwk, use: "sig" });
+    expect(body.clientSecret).toBeUndefined();
+  });
+
+  it("answers 400 to a private key, an unsupported key type, a small RSA key and missing fields", async () => {
+    const userId = await userIdWith([]);
+    const { privateKey } = await newClientKey("EdDSA");
+    const { exportJWK } = await import("jose");
+    const cases: unknown[] = [
+      { displayName: "x", userId, publicJwk: await exportJWK(privateKey) },
+      { displayName: "x", userId, publicJwk: { kty: "oct", k: "c2VjcmV0" } },
+      { displayName: "x", userId, publicJwk: { kty: "EC", crv: "P-384", x: "a", y: "b" } },
+      { displayName: "x", userId, publicJwk: { kty: "RSA", n: Buffer.alloc(128, 1).toString("base64url"), e: "AQAB" } },
+      { displayName: "x" },
+      { userId },
+    ];
+    for (const body of cases) {
+      const res = await server.call("POST", "/api/v1/iam/clients", body);
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { code: string }).code).toBe("invalid_argument");
+    }
+  });
+
+  it("answers 404 to a client for an unknown user and to deleting an unknown client", async () => {
+    const create = await server.call("POST", "/api/v1/iam/clients", { displayName: "x", userId: "no-such-user" });
+    expect(create.status).toBe(404);
+    const del = await server.call("DELETE", "/api/v1/iam/clients/no-such-client");
+    expect(del.status).toBe(404);
+  });
+});
+
+describe("user roles", () => {
+  it("creates a user with roles and shows them on Get", async () => {
+    const res = await createUser(["ADMIN", "READ_ONLY", "ADMIN"]);
+    expect(res.status).toBe(200);
+    const { user } = (await res.json()) as { user: { id: string; roles: string[] } };
+    expect(user.roles).toEqual(["READ_ONLY", "ADMIN"]);
+    const got = (await (await server.call("GET", `/api/v1/users/${user.id}`)).json()) as { user: { roles: string[] } };
+    expect(got.user.roles).toEqual(["READ_ONLY", "ADMIN"]);
+  });
+
+  it("creates a user without roles when none are given", async () => {
+    const { user } = (await (await createUser()).json()) as { user: { roles?: string[] } };
+    expect(user.roles ?? []).toEqual([]);
+  });
+
+  it("answers 400 to an unknown role", async () => {
+    expect((await createUser(["OWNER"])).status).toBe(400);
+    expect((await createUser(["ROLE_UNSPECIFIED"])).status).toBe(400);
+  });
+
+  it("lets an ADMIN grant ADMIN but not SUPER_ADMIN", async () => {
+    const admin = bearer(await server.tokenFor(Role.ADMIN));
+    expect((await createUser(["ADMIN"], admin)).status).toBe(200);
+    const refused = await createUser(["SUPER_ADMIN"], admin);
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { code: string }).code).toBe("permission_denied");
+    expect((await createUser(["SUPER_ADMIN"])).status).toBe(200); // the Super Admin may
+  });
+
+  it("refuses an ADMIN changing a SUPER_ADMIN's roles but allows renaming them", async () => {
+    const admin = bearer(await server.tokenFor(Role.ADMIN));
+    const superUser = await userIdWith(["SUPER_ADMIN"]);
+    const demote = await server.call("POST", `/api/v1/users/${superUser}`, { user: { roles: ["READ_ONLY"] } }, admin);
+    expect(demote.status).toBe(403);
+    const rename = await server.call("POST", `/api/v1/users/${superUser}`, { user: { displayName: "renamed" } }, admin);
+    expect(rename.status).toBe(200);
+    expect(((await rename.json()) as { user: { roles: string[] } }).user.roles).toEqual(["SUPER_ADMIN"]);
+  });
+
+  it("clears roles only when the update mask names them", async () => {
+    const id = await userIdWith(["ADMIN"]);
+    const cleared = await server.call("POST", `/api/v1/users/${id}`, { user: { roles: [] }, updateMask: "roles" });
+    expect(cleared.status).toBe(200);
+    expect(((await cleared.json()) as { user: { roles?: string[] } }).user.roles ?? []).toEqual([]);
+  });
+});

@@ -1,0 +1,207 @@
+import { readdirSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { getOption, hasOption, type DescFile, type DescMethod } from "@bufbuild/protobuf";
+import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair } from "jose";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Role, required_role } from "../gen/svc/api/iam/v1/role_pb.js";
+import { ManualClock } from "../src/clock.js";
+import { connectCall } from "./support/auth-helpers.js";
+import { repoRoot } from "./support/spawn-cli.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+const clock = new ManualClock(Date.parse("2026-03-01T12:00:00Z"));
+let server: TestServer;
+
+beforeAll(async () => {
+  server = await startTestServer({}, { clock });
+});
+afterAll(() => server.close());
+
+const procedureOf = (m: DescMethod) => `${m.parent.typeName}/${m.name}`;
+/** Reads by name: everything else writes (or, like webhook deliveries, is declared above READ_ONLY anyway). */
+const isRead = (m: DescMethod) => /^(Get|List|Search)/.test(m.name);
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+/** Every RPC of the registered Connect handlers, so a future RPC cannot slip through. */
+function rpcs(): readonly DescMethod[] {
+  return server.rpcs;
+}
+
+describe("the contract walk", () => {
+  it("covers every service of the API router", () => {
+    const services = new Set(rpcs().map((m) => m.parent.typeName));
+    for (const name of ["svc.api.app.v1.Apps", "svc.api.user.v1.Users", "svc.api.iam.v1.Clients"]) {
+      expect(services).toContain(name);
+    }
+    expect(rpcs().length).toBeGreaterThanOrEqual(20);
+  });
+
+  it("finds a required_role on every RPC of every generated service file", async () => {
+    const files: string[] = [];
+    const walk = (dir: string) => {
+      for (const entry of readdirSync(dir, { withFileTypes: true })) {
+        if (entry.isDirectory()) walk(join(dir, entry.name));
+        else if (entry.name.endsWith("_pb.ts")) files.push(join(dir, entry.name));
+      }
+    };
+    walk(join(repoRoot, "gen", "svc"));
+    const undeclared: string[] = [];
+    let methods = 0;
+    for (const file of files) {
+      const module = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+      for (const value of Object.values(module)) {
+        if (typeof value !== "object" || value === null || (value as { kind?: unknown }).kind !== "file") continue;
+        for (const service of (value as DescFile).services) {
+          for (const method of service.methods) {
+            methods++;
+            if (!hasOption(method, required_role) || getOption(method, required_role) === Role.ROLE_UNSPECIFIED) {
+              undeclared.push(procedureOf(method));
+            }
+          }
+        }
+      }
+    }
+    expect(methods).toBeGreaterThanOrEqual(rpcs().length);
+    expect(undeclared).toEqual([]);
+  });
+});
+
+describe("every RPC requires a valid bearer token", () => {
+  it("answers 401 unauthenticated to a call without a token", async () => {
+    const answers = await Promise.all(rpcs().map(async (m) => [procedureOf(m), await connectCall(server, procedureOf(m), {})] as const));
+    for (const [procedure, answer] of answers) {
+      expect({ procedure, status: answer.status, code: answer.body.code }).toEqual({ procedure, status: 401, code: "unauthenticated" });
+      expect(answer.headers.get("www-authenticate")).toBe("Bearer");
+    }
+  });
+
+  it("answers 401 to a malformed token and to a token signed by another key", async () => {
+    const real = server.headers.authorization?.slice("Bearer ".length) ?? "";
+    const claims = decodeJwt(real);
+    const header = decodeProtectedHeader(real);
+    const { privateKey } = await generateKeyPair("EdDSA");
+    // Same claims and even the same kid as a genuine token; only the signing key differs.
+    const foreign = await new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: header.kid ?? "" }).sign(privateKey);
+    const foreignKid = await new SignJWT(claims).setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: "other" }).sign(privateKey);
+    const [, payload = "", signature = ""] = real.split(".");
+    const noneAlg = `${Buffer.from(JSON.stringify({ alg: "none", typ: "at+jwt" })).toString("base64url")}.${payload}.`;
+    const tampered = `${real.split(".")[0] ?? ""}.${Buffer.from(JSON.stringify({ ...claims, sub: "someone" })).toString("base64url")}.${signature}`;
+    for (const authorization of [
+      "Bearer not-a-jwt",
+      `Basic ${Buffer.from("a:b").toString("base64")}`,
+      `Bearer ${foreign}`,
+      `Bearer ${foreignKid}`,
+      `Bearer ${noneAlg}`,
+      `Bearer ${tampered}`,
+    ]) {
+      for (const m of rpcs()) {
+        const answer = await connectCall(server, procedureOf(m), { authorization });
+        expect({ procedure: procedureOf(m), status: answer.status }).toEqual({ procedure: procedureOf(m), status: 401 });
+      }
+    }
+  });
+
+  it("answers REST calls without a token with 401 and WWW-Authenticate: Bearer", async () => {
+    const res = await fetch(`${server.url}/api/v1/apps`);
+    expect(res.status).toBe(401);
+    expect(res.headers.get("www-authenticate")).toBe("Bearer");
+    expect(await res.json()).toEqual({
+      code: "unauthenticated",
+      message: "missing bearer token: send Authorization: Bearer <access token> (POST /auth/v1/token)",
+    });
+    const bad = await fetch(`${server.url}/api/v1/users`, {
+      method: "POST",
+      headers: { authorization: "Bearer x.y.z", "content-type": "application/json" },
+      body: '{"displayName":"x"}',
+    });
+    expect(bad.status).toBe(401);
+    expect(bad.headers.get("www-authenticate")).toBe('Bearer error="invalid_token"');
+  });
+
+  it("answers 401 on every RPC once the token has expired", async () => {
+    const token = await server.tokenFor(Role.SUPER_ADMIN);
+    expect((await connectCall(server, "svc.api.app.v1.Apps/List", bearer(token))).status).toBe(200);
+    clock.advance(3600_000 + 1000);
+    try {
+      for (const m of rpcs()) {
+        const answer = await connectCall(server, procedureOf(m), bearer(token));
+        expect({ procedure: procedureOf(m), status: answer.status, message: answer.body.message }).toEqual({
+          procedure: procedureOf(m),
+          status: 401,
+          message: "token has expired",
+        });
+      }
+    } finally {
+      clock.advance(-(3600_000 + 1000));
+    }
+  });
+});
+
+describe("roles", () => {
+  it("answers 403 permission_denied to a READ_ONLY caller on every write RPC", async () => {
+    const token = await server.tokenFor(Role.READ_ONLY);
+    const writes = rpcs().filter((m) => !isRead(m));
+    expect(writes.length).toBeGreaterThanOrEqual(10);
+    for (const m of writes) {
+      const answer = await connectCall(server, procedureOf(m), bearer(token));
+      expect({ procedure: procedureOf(m), status: answer.status, code: answer.body.code }).toEqual({
+        procedure: procedureOf(m),
+        status: 403,
+        code: "permission_denied",
+      });
+    }
+  });
+
+  it("lets a READ_ONLY caller past authorization on every RPC declared READ_ONLY", async () => {
+    const token = await server.tokenFor(Role.READ_ONLY);
+    const reads = rpcs().filter((m) => getOption(m, required_role) === Role.READ_ONLY);
+    expect(reads.length).toBeGreaterThanOrEqual(8);
+    for (const m of reads) {
+      expect(isRead(m)).toBe(true);
+      const answer = await connectCall(server, procedureOf(m), bearer(token));
+      expect([401, 403]).not.toContain(answer.status);
+    }
+  });
+
+  it("answers 403 to an ADMIN caller on every SUPER_ADMIN RPC, Clients included", async () => {
+    const token = await server.tokenFor(Role.ADMIN);
+    const superOnly = rpcs().filter((m) => getOption(m, required_role) === Role.SUPER_ADMIN);
+    expect(superOnly.map(procedureOf)).toEqual(expect.arrayContaining(["svc.api.iam.v1.Clients/Create", "svc.api.iam.v1.Clients/List"]));
+    for (const m of superOnly) {
+      const answer = await connectCall(server, procedureOf(m), bearer(token));
+      expect({ procedure: procedureOf(m), status: answer.status }).toEqual({ procedure: procedureOf(m), status: 403 });
+    }
+  });
+
+  it("answers 403 to a caller whose user holds no role", async () => {
+    const token = await server.tokenFor();
+    const answer = await connectCall(server, "svc.api.app.v1.Apps/List", bearer(token));
+    expect(answer.status).toBe(403);
+    expect(answer.body.message).toBe("svc.api.app.v1.Apps.List requires role READ_ONLY; the caller has no role");
+  });
+
+  it("stops accepting a deleted client's token at once", async () => {
+    const token = await server.tokenFor(Role.ADMIN);
+    const clientId = decodeJwt(token).sub ?? "";
+    expect((await server.call("GET", "/api/v1/apps", undefined, bearer(token))).status).toBe(200);
+    const deleted = await server.call("DELETE", `/api/v1/iam/clients/${clientId}`);
+    expect(deleted.status).toBe(200);
+    expect(await deleted.json()).toEqual({});
+    const after = await server.call("GET", "/api/v1/apps", undefined, bearer(token));
+    expect(after.status).toBe(401);
+    expect(await after.json()).toEqual({ code: "unauthenticated", message: "the client of this token no longer exists" });
+  });
+
+  it("applies a change of the user's roles to tokens already issued", async () => {
+    const token = await server.tokenFor(Role.READ_ONLY);
+    const userId = (await (await server.call("GET", `/api/v1/iam/clients?page_size=100`)).json()) as {
+      list: { id: string; userId: string }[];
+    };
+    const mine = userId.list.find((c) => c.id === decodeJwt(token).sub);
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "x" }, bearer(token))).status).toBe(403);
+    const updated = await server.call("POST", `/api/v1/users/${mine?.userId ?? ""}`, { user: { roles: ["ADMIN"] } });
+    expect(updated.status).toBe(200);
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "x" }, bearer(token))).status).toBe(200);
+  });
+});
