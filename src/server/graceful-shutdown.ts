@@ -1,5 +1,5 @@
 import type { Socket } from "node:net";
-import type { Http2Session } from "node:http2";
+import type { Http2ServerRequest, Http2Session } from "node:http2";
 import type { Server } from "node:net";
 import type { NodeRequest, NodeResponse } from "./json-error.js";
 
@@ -10,6 +10,8 @@ import type { NodeRequest, NodeResponse } from "./json-error.js";
  */
 export class ConnectionTracker {
   private readonly sockets = new Map<Socket, number>(); // HTTP/1.1 socket -> requests in flight
+  /** Sockets known to speak HTTP/1.1; the others may carry HTTP/2 sessions, which GOAWAY closes. */
+  private readonly http1Sockets = new WeakSet<Socket>();
   private readonly sessions = new Set<Http2Session>();
   private inFlight = 0;
   private draining = false;
@@ -20,11 +22,14 @@ export class ConnectionTracker {
       this.sockets.set(socket, 0);
       socket.once("close", () => this.sockets.delete(socket));
     });
-    server.on("session", (session: Http2Session) => {
-      this.sessions.add(session);
-      session.once("close", () => this.sessions.delete(session));
-      if (this.draining) session.close();
-    });
+    server.on("session", (session: Http2Session) => this.trackSession(session));
+  }
+
+  private trackSession(session: Http2Session | undefined): void {
+    if (session === undefined || this.sessions.has(session)) return;
+    this.sessions.add(session);
+    session.once("close", () => this.sessions.delete(session));
+    if (this.draining) session.close();
   }
 
   get shuttingDown(): boolean {
@@ -35,7 +40,13 @@ export class ConnectionTracker {
   track(req: NodeRequest, res: NodeResponse): void {
     this.inFlight++;
     const socket = req.httpVersionMajor === 1 ? (req.socket as Socket) : undefined;
-    if (socket !== undefined) this.sockets.set(socket, (this.sockets.get(socket) ?? 0) + 1);
+    if (socket !== undefined) {
+      this.http1Sockets.add(socket);
+      this.sockets.set(socket, (this.sockets.get(socket) ?? 0) + 1);
+    } else {
+      // httpolyglot emits `session` on its inner http2 server, not on this one: learn sessions here.
+      this.trackSession((req as Http2ServerRequest).stream.session);
+    }
     if (this.draining && socket !== undefined) res.setHeader("connection", "close");
     res.once("close", () => {
       this.inFlight--;
@@ -51,7 +62,8 @@ export class ConnectionTracker {
   /** Stops new work on open connections and resolves when in-flight requests are done or the deadline passes. */
   async drain(deadlineMs: number): Promise<void> {
     this.draining = true;
-    for (const [socket, active] of this.sockets) if (active === 0) socket.end();
+    // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead.
+    for (const [socket, active] of this.sockets) if (active === 0 && this.http1Sockets.has(socket)) socket.end();
     for (const session of this.sessions) session.close();
     if (this.inFlight > 0) {
       await new Promise<void>((resolve) => {

@@ -1,0 +1,197 @@
+import { execFile } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { fromBinary } from "@bufbuild/protobuf";
+import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, createRouterTransport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
+import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ServerReflectionV1Alpha } from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { healthService } from "../src/server/health/health-service.js";
+import { createApp, createEntitlement, createUser, listOwnerIds } from "./support/api-fixtures.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+const run = promisify(execFile);
+const buf = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
+
+/** The real `buf curl`, over gRPC with h2c prior knowledge, as a user would run it. */
+async function bufCurl(...args: string[]): Promise<{ stdout: string; stderr: string; exitCode: number }> {
+  try {
+    const { stdout, stderr } = await run(buf, ["curl", "--protocol", "grpc", "--http2-prior-knowledge", ...args], {
+      timeout: 20_000,
+    });
+    return { stdout, stderr, exitCode: 0 };
+  } catch (e) {
+    const failed = e as { stdout?: string; stderr?: string; code?: number };
+    return { stdout: failed.stdout ?? "", stderr: failed.stderr ?? "", exitCode: failed.code ?? -1 };
+  }
+}
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+describe("gRPC server reflection", () => {
+  it("lets buf curl list every served method without proto files and without a token", async () => {
+    const { stdout, exitCode, stderr } = await bufCurl("--list-methods", server.url);
+    expect(stderr).toBe("");
+    expect(exitCode).toBe(0);
+    const listed = stdout.trim().split("\n");
+    for (const rpc of server.rpcs) expect(listed).toContain(`${rpc.parent.typeName}/${rpc.name}`);
+    expect(listed).toContain("svc.api.app.v1.AppEntitlementOwners/Add");
+    expect(listed).toContain("grpc.health.v1.Health/Check");
+    expect(listed).toContain("grpc.reflection.v1.ServerReflection/ServerReflectionInfo");
+  });
+
+  it("lets buf curl call AppEntitlementOwners/Add with a bearer token", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const { stdout, exitCode, stderr } = await bufCurl(
+      "-H",
+      `Authorization: ${server.headers["authorization"]}`,
+      "-d",
+      JSON.stringify({ appId, entitlementId, userId }),
+      `${server.url}/svc.api.app.v1.AppEntitlementOwners/Add`,
+    );
+    expect(stderr).toBe("");
+    expect(exitCode).toBe(0);
+    expect(JSON.parse(stdout)).toEqual({});
+    expect(await listOwnerIds(server, appId, entitlementId)).toEqual([userId]);
+  });
+
+  it("keeps API methods closed to buf curl without a token while reflection stays open", async () => {
+    const { stderr, exitCode } = await bufCurl("-d", "{}", `${server.url}/svc.api.app.v1.AppEntitlementOwners/Add`);
+    expect(exitCode).not.toBe(0);
+    expect(stderr).toMatch(/unauthenticated/);
+  });
+
+  it("answers the deprecated v1alpha protocol that older grpcurl speaks", async () => {
+    const { stdout, exitCode } = await bufCurl("--reflect-protocol", "grpc-v1alpha", "--list-services", server.url);
+    expect(exitCode).toBe(0);
+    expect(stdout.trim().split("\n")).toContain("svc.api.user.v1.Users");
+  });
+
+  it("returns the file declaring a symbol followed by all of its imports", async () => {
+    const client = createClient(ServerReflection, createGrpcTransport({ baseUrl: server.url }));
+    const responses = client.serverReflectionInfo(
+      (async function* () {
+        yield { messageRequest: { case: "fileContainingSymbol" as const, value: "svc.api.app.v1.AppEntitlementOwners.Add" } };
+      })(),
+    );
+    const names: string[] = [];
+    for await (const res of responses) {
+      expect(res.messageResponse.case).toBe("fileDescriptorResponse");
+      if (res.messageResponse.case !== "fileDescriptorResponse") continue;
+      for (const bytes of res.messageResponse.value.fileDescriptorProto) {
+        names.push(fromBinary(FileDescriptorProtoSchema, bytes).name);
+      }
+    }
+    expect(names[0]).toBe("svc/api/app/v1/app_entitlement_owners.proto");
+    expect(names).toEqual(
+      expect.arrayContaining([
+        "google/api/annotations.proto",
+        "google/api/http.proto",
+        "google/protobuf/descriptor.proto",
+        "svc/api/iam/v1/role.proto",
+        "svc/api/user/v1/user.proto",
+      ]),
+    );
+    expect(new Set(names).size).toBe(names.length);
+  });
+
+  it("answers an unknown symbol with an in-stream NOT_FOUND and keeps the stream usable (Connect over h2c)", async () => {
+    const client = createClient(
+      ServerReflectionV1Alpha,
+      createConnectTransport({ baseUrl: server.url, httpVersion: "2" }),
+    );
+    const answers = [];
+    for await (const res of client.serverReflectionInfo(
+      (async function* () {
+        yield { messageRequest: { case: "fileContainingSymbol" as const, value: "no.such.Thing" } };
+        yield { messageRequest: { case: "listServices" as const, value: "*" } };
+      })(),
+    )) {
+      answers.push(res.messageResponse);
+    }
+    expect(answers[0]).toEqual({
+      case: "errorResponse",
+      value: expect.objectContaining({ errorCode: Code.NotFound, errorMessage: "symbol no.such.Thing not found" }),
+    });
+    expect(answers[1]?.case).toBe("listServicesResponse");
+  });
+});
+
+describe("gRPC health", () => {
+  it("answers Check SERVING over gRPC without a token", async () => {
+    const { stdout, exitCode } = await bufCurl(`${server.url}/grpc.health.v1.Health/Check`);
+    expect(exitCode).toBe(0);
+    expect(JSON.parse(stdout)).toEqual({ status: "SERVING" });
+  });
+
+  it("answers Check SERVING over Connect on HTTP/1.1 (JSON) without a token", async () => {
+    const res = await fetch(`${server.url}/grpc.health.v1.Health/Check`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ service: "svc.api.app.v1.AppEntitlementOwners" }),
+    });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ status: "SERVING" });
+  });
+
+  it("answers NOT_FOUND for a service the server does not have", async () => {
+    const client = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
+    const error = await client.check({ service: "no.such.Service" }).catch((e: unknown) => ConnectError.from(e));
+    expect(error).toBeInstanceOf(ConnectError);
+    expect((error as ConnectError).code).toBe(Code.NotFound);
+  });
+
+  it("answers Check NOT_SERVING once shutdown has begun", async () => {
+    const shutdown = new AbortController();
+    const transport = createRouterTransport((router) =>
+      router.service(Health, healthService({ shutdown: shutdown.signal, ready: () => true, services: ["a.B"] })),
+    );
+    const client = createClient(Health, transport);
+    expect((await client.check({})).status).toBe(Status.SERVING);
+    shutdown.abort();
+    expect((await client.check({})).status).toBe(Status.NOT_SERVING);
+    expect((await client.check({ service: "a.B" })).status).toBe(Status.NOT_SERVING);
+  });
+
+  it("answers NOT_SERVING when the store does not answer", async () => {
+    const client = createClient(
+      Health,
+      createRouterTransport((router) =>
+        router.service(Health, healthService({ shutdown: new AbortController().signal, ready: () => false, services: [] })),
+      ),
+    );
+    expect((await client.check({})).status).toBe(Status.NOT_SERVING);
+  });
+
+  it("streams SERVING to a Watch, then NOT_SERVING when the server begins to shut down, and ends the stream", async () => {
+    const own = await startTestServer();
+    const client = createClient(Health, createGrpcTransport({ baseUrl: own.url }));
+    const seen: Status[] = [];
+    let closing: Promise<void> | undefined;
+    for await (const res of client.watch({})) {
+      seen.push(res.status);
+      if (seen.length === 1) closing = own.close();
+    }
+    await closing;
+    expect(seen).toEqual([Status.SERVING, Status.NOT_SERVING]);
+  });
+
+  it("reports SERVICE_UNKNOWN to a Watch of an unknown service", async () => {
+    const client = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    const statuses: Status[] = [];
+    for await (const res of client.watch({ service: "no.such.Service" })) {
+      statuses.push(res.status);
+      break; // the stream stays open until shutdown; leaving the loop cancels it
+    }
+    expect(statuses).toEqual([Status.SERVICE_UNKNOWN]);
+  });
+});
