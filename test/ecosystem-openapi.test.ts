@@ -1,0 +1,204 @@
+import { readFileSync } from "node:fs";
+import { ScalarType, type DescField, type DescMessage, type DescService } from "@bufbuild/protobuf";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { contractServices } from "../scripts/contract-services.js";
+import { configDefaults } from "../src/config.js";
+import { buildOpenApi, httpBindingsOf, renderOpenApi, type HttpBinding } from "../src/openapi/index.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+interface Parameter {
+  name: string;
+  in: string;
+  required?: boolean;
+  description?: string;
+  schema: { type?: string | string[]; $ref?: string; items?: unknown };
+}
+interface Operation {
+  operationId: string;
+  parameters?: Parameter[];
+  requestBody?: { content: Record<string, { schema: { $ref?: string; properties?: Record<string, unknown> } }> };
+  responses: Record<string, unknown>;
+  security?: unknown[];
+}
+interface Document {
+  openapi: string;
+  servers: { url: string }[];
+  security: unknown[];
+  paths: Record<string, Record<string, Operation>>;
+  components: {
+    schemas: Record<string, { properties?: Record<string, { type?: unknown; format?: string; $ref?: string }> }>;
+    securitySchemes: Record<string, Record<string, unknown>>;
+  };
+}
+
+const committedText = readFileSync(new URL("../openapi.json", import.meta.url), "utf8");
+const committed = JSON.parse(committedText) as Document;
+
+let services: DescService[];
+let server: TestServer;
+let served: Document;
+beforeAll(async () => {
+  services = await contractServices();
+  server = await startTestServer({ baseUrl: "https://tenant.example.com" });
+  const res = await fetch(`${server.url}/openapi.json`); // no token: client generators fetch it bare
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toBe("application/json");
+  served = (await res.json()) as Document;
+});
+afterAll(() => server.close());
+
+function specData(document: Document): Parameters<Validator["validate"]>[0] {
+  return structuredClone(document) as unknown as Parameters<Validator["validate"]>[0];
+}
+
+/** Where a binding's operation is documented: same path shape (variables may be renamed), same method. */
+function operationOf(document: Document, binding: HttpBinding): { path: string; operation: Operation | undefined } {
+  const shape = (p: string): string => p.replace(/\{[^}]+\}/g, "{}");
+  const path = Object.keys(document.paths).find((p) => shape(p) === shape(binding.path.replace(/=\*\}/g, "}")));
+  return { path: path ?? "(none)", operation: path === undefined ? undefined : document.paths[path]?.[binding.method.toLowerCase()] };
+}
+
+function fieldAt(message: DescMessage, fieldPath: string[]): DescField {
+  let current = message;
+  let field: DescField | undefined;
+  for (const name of fieldPath) {
+    field = current.fields.find((f) => f.name === name);
+    if (field === undefined) throw new Error(`no field ${fieldPath.join(".")}`);
+    if (field.fieldKind === "message") current = field.message;
+  }
+  if (field === undefined) throw new Error("empty field path");
+  return field;
+}
+
+function expectedType(field: DescField): string | undefined {
+  if (field.fieldKind !== "scalar") return undefined;
+  switch (field.scalar) {
+    case ScalarType.STRING:
+    case ScalarType.BYTES:
+    case ScalarType.INT64:
+    case ScalarType.UINT64:
+      return "string";
+    case ScalarType.BOOL:
+      return "boolean";
+    case ScalarType.INT32:
+    case ScalarType.UINT32:
+      return "integer";
+    default:
+      return "number";
+  }
+}
+
+/** Checks one google.api.http rule against the document: method, path and query parameters with types, body. */
+function expectDocumented(document: Document, binding: HttpBinding): void {
+  const where = `${binding.method} ${binding.path} (${binding.rpc.parent.typeName}.${binding.rpc.name})`;
+  const { operation } = operationOf(document, binding);
+  expect(operation, where).toBeDefined();
+  if (operation === undefined) return;
+  expect(operation.operationId, where).toBe(`${binding.rpc.parent.typeName}.${binding.rpc.name}`);
+  const params = operation.parameters ?? [];
+
+  const variables = [...binding.path.matchAll(/\{([^}=]+)(=\*)?\}/g)].map((m) => m[1] ?? "");
+  const pathParams = params.filter((p) => p.in === "path");
+  expect(pathParams.length, where).toBe(variables.length);
+  variables.forEach((variable, i) => {
+    const param = pathParams[i];
+    expect(param?.required, where).toBe(true);
+    // The variable keeps its name, or (OpenAPI forbids two paths of one shape) names its field.
+    expect(param?.name === variable || param?.description === `The request field \`${variable}\`.`, where).toBe(true);
+    expect(param?.schema.type, where).toBe(expectedType(fieldAt(binding.rpc.input, variable.split("."))));
+  });
+
+  if (binding.body === "*") {
+    expect(operation.requestBody?.content["application/json"], where).toBeDefined();
+    expect(params.filter((p) => p.in === "query"), where).toEqual([]);
+  } else {
+    expect(operation.requestBody, where).toBeUndefined();
+    const bound = new Set(variables);
+    for (const field of binding.rpc.input.fields) {
+      if (bound.has(field.name) || (field.fieldKind !== "scalar" && field.fieldKind !== "enum")) continue;
+      const param = params.find((p) => p.in === "query" && p.name === field.name);
+      expect(param, `${where}: query parameter ${field.name}`).toBeDefined();
+      const type = expectedType(field);
+      if (type !== undefined) expect(param?.schema.type, `${where}: ${field.name}`).toBe(type);
+      else expect(param?.schema.$ref, `${where}: ${field.name}`).toBe(`#/components/schemas/${field.enum?.typeName ?? ""}`);
+    }
+  }
+  expect(Object.keys(operation.responses), where).toEqual(expect.arrayContaining(["200", "400", "401", "403"]));
+}
+
+describe("/openapi.json", () => {
+  it("validates as OpenAPI 3.1", async () => {
+    const validator = new Validator();
+    const result = await validator.validate(specData(served));
+    expect(result.errors).toBeUndefined();
+    expect(result.valid).toBe(true);
+    expect(validator.version).toBe("3.1");
+    expect(await new Validator().validate(specData(committed))).toEqual({ valid: true });
+  });
+
+  it("documents every google.api.http rule of every contract service with its method and parameters", () => {
+    const bindings = services.flatMap((s) => httpBindingsOf(s));
+    expect(bindings.length).toBeGreaterThanOrEqual(20); // the contract, not an empty directory
+    expect(bindings.map((b) => `${b.method} ${b.path}`)).toContain(
+      "POST /api/v1/apps/{app_id}/entitlements/{entitlement_id}/owners",
+    );
+    for (const binding of bindings) expectDocumented(committed, binding);
+  });
+
+  it("serves every REST route of the running server, as documented in the committed file", () => {
+    const running = [...new Set(server.rpcs.map((rpc) => rpc.parent))].flatMap((s) => httpBindingsOf(s));
+    expect(running.length).toBeGreaterThan(0);
+    for (const binding of running) {
+      expectDocumented(served, binding);
+      const { path } = operationOf(served, binding);
+      expect(served.paths[path]?.[binding.method.toLowerCase()]).toEqual(committed.paths[path]?.[binding.method.toLowerCase()]);
+    }
+  });
+
+  it("is what `npm run generate` writes (the committed file is not stale)", () => {
+    const regenerated = renderOpenApi(buildOpenApi({ baseUrl: configDefaults.baseUrl, services }));
+    expect(committedText).toBe(regenerated);
+  });
+
+  it("describes the add-owner body and responses with proto3 JSON (camelCase) names", () => {
+    const add = served.paths["/api/v1/apps/{app_id}/entitlements/{entitlement_id}/owners"]?.["post"];
+    expect(add?.parameters?.map((p) => [p.name, p.in, p.schema.type])).toEqual([
+      ["app_id", "path", "string"],
+      ["entitlement_id", "path", "string"],
+    ]);
+    expect(add?.requestBody?.content["application/json"]?.schema.properties).toEqual({ userId: { type: ["string", "null"] } });
+    const app = served.components.schemas["svc.api.app.v1.App"]?.properties;
+    expect(app?.["displayName"]).toEqual({ type: "string" });
+    expect(app?.["createdAt"]).toMatchObject({ type: "string", format: "date-time" });
+    const list = served.components.schemas["svc.api.app.v1.ListAppEntitlementsResponse"]?.properties;
+    expect(Object.keys(list ?? {})).toEqual(["list", "nextPageToken"]);
+  });
+
+  it("declares bearer and OAuth client-credentials security with the token URL under the base URL", () => {
+    expect(served.servers).toEqual([{ url: "https://tenant.example.com" }]);
+    expect(served.security).toEqual([{ bearerAuth: [] }, { oauth: [] }]);
+    expect(served.components.securitySchemes["bearerAuth"]).toMatchObject({ type: "http", scheme: "bearer" });
+    expect(served.components.securitySchemes["oauth"]).toMatchObject({
+      type: "oauth2",
+      flows: { clientCredentials: { tokenUrl: "https://tenant.example.com/auth/v1/token", scopes: {} } },
+    });
+    expect(served.paths["/auth/v1/token"]?.["post"]?.security).toEqual([]);
+  });
+
+  it("documents the webhook endpoint with its headers and status codes", () => {
+    const webhook = served.paths["/api/v1/webhooks/incoming/{listener_id}"]?.["post"];
+    expect(webhook).toBeDefined();
+    expect(webhook?.parameters?.map((p) => [p.name, p.in, p.required])).toEqual([
+      ["listener_id", "path", true],
+      ["Content-Type", "header", true],
+      ["Webhook-Timestamp", "header", true],
+      ["Webhook-Event-Id", "header", true],
+      ["Webhook-Signature", "header", false],
+      ["Authorization", "header", false],
+    ]);
+    expect(Object.keys(webhook?.responses ?? {})).toEqual(["200", "400", "401", "403", "404", "409", "413"]);
+    expect(webhook?.requestBody?.content["application/json"]).toBeDefined();
+    expect(webhook?.security).toEqual([{ webhookSignature: [] }, { webhookJwt: [] }]);
+  });
+});
