@@ -1,7 +1,7 @@
 import type { AddressInfo } from "node:net";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { registerApiServices } from "./api/index.js";
-import { ExecutionWorker, noWebhookTriggerHooks, ProgramCache } from "./automations/index.js";
+import { enqueueExecution, ExecutionWorker, ProgramCache } from "./automations/index.js";
 import {
   AccessTokens,
   authorizationInterceptor,
@@ -25,6 +25,8 @@ import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
 import { Store } from "./store/store.js";
+import { startWebhookHousekeeping } from "./jobs/webhook-housekeeping.js";
+import { createWebhooks, resolveDataKey } from "./webhooks/index.js";
 
 export interface Accessd {
   address: AddressInfo;
@@ -57,7 +59,25 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const programs = new ProgramCache();
   const worker = new ExecutionWorker({ store, clock, log, programs, stepDelayMs: config.testStepDelayMs });
-  const automations = { worker, programs, webhookHooks: noWebhookTriggerHooks, baseUrl: config.baseUrl };
+  const webhooks = createWebhooks({
+    store,
+    clock,
+    log,
+    baseUrl: config.baseUrl,
+    trustedProxies: config.trustedProxies,
+    jwksAllowHttp: config.jwksAllowHttp,
+    dataKey: resolveDataKey(config.dataKey, config.database),
+    findListener: (listenerId) => store.automations.findByListenerId(listenerId),
+    enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
+    wakeWorker: () => worker.notify(),
+  });
+  const automations = {
+    worker,
+    programs,
+    webhookHooks: webhooks.hooks,
+    webhookSecrets: webhooks.secrets,
+    baseUrl: config.baseUrl,
+  };
   const metrics = options.metrics ?? new Metrics();
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
@@ -100,6 +120,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     rawRoutes: [
       ...publicConnectRoutes(publicConnect),
       metricsRoute(metrics),
+      webhooks.route,
       openApiRoute(buildOpenApi({ baseUrl: config.baseUrl, services: apiServices })),
       tokenEndpoint({
         store,
@@ -119,6 +140,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
   log.info({ address: address.address, port: address.port, database: config.database }, "accessd listening");
   worker.start();
+  const housekeeping = startWebhookHousekeeping({ store, clock, log, retentionMs: config.eventRetentionMs });
 
   let closing: Promise<void> | undefined;
   return {
@@ -132,6 +154,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     close() {
       closing ??= (async () => {
         shutdown.abort();
+        housekeeping.stop();
         await server.close();
         await worker.stop(); // the running step finishes; the store closes after it
         store.close();

@@ -9,30 +9,22 @@ import {
 import type { TriggerConfig } from "../automations/trigger-config.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import type { WebhookDeliveryRecord } from "../store/webhook-deliveries-repository.js";
-import { defaultRotationGraceMs, type WebhookSecretStore } from "../webhooks/index.js";
+import { defaultRotationGraceMs } from "../webhooks/index.js";
 import { invalidArgument, notFound, requireField } from "./errors.js";
 import type { ServiceContext } from "./service-context.js";
 
 /** The webhook RPCs of svc.api.automations.v1.Automations; merged with the rest at registration. */
 export type AutomationWebhooksImpl = Pick<ServiceImpl<typeof Automations>, "rotateWebhookSecret" | "listWebhookDeliveries">;
 
-export interface AutomationWebhooksDeps {
-  secrets: WebhookSecretStore;
-  /** The automation's trigger; undefined when there is no such automation. */
-  triggerOf(automationId: string): TriggerConfig | undefined;
-}
-
 /** A grace period longer than this is refused: a leaked old secret should not live for months. */
 const maxGraceMs = 30 * 86_400_000;
 
-export function automationWebhooksService(
-  { store, pageTokens }: ServiceContext,
-  { secrets, triggerOf }: AutomationWebhooksDeps,
-): AutomationWebhooksImpl {
+export function automationWebhooksService({ store, pageTokens, automations }: ServiceContext): AutomationWebhooksImpl {
+  const secrets = automations.webhookSecrets;
   const triggerOrThrow = (id: string): TriggerConfig => {
-    const trigger = triggerOf(id);
-    if (trigger === undefined) throw notFound("automation", id);
-    return trigger;
+    const automation = store.automations.get(id);
+    if (automation === undefined) throw notFound("automation", id);
+    return automation.trigger;
   };
 
   return {

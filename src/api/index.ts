@@ -10,6 +10,7 @@ import { appEntitlementOwnersService } from "./app-entitlement-owners-service.js
 import { appEntitlementsService } from "./app-entitlements-service.js";
 import { appsService } from "./apps-service.js";
 import { automationExecutionsService } from "./automation-executions-service.js";
+import { automationWebhooksService } from "./automation-webhooks-service.js";
 import { automationsService } from "./automations-service.js";
 import { clientsService } from "./clients-service.js";
 import type { ServiceContext } from "./service-context.js";
@@ -23,7 +24,7 @@ export function registerApiServices(router: ConnectRouter, context: ServiceConte
   router.service(AppEntitlements, appEntitlementsService(context));
   router.service(AppEntitlementOwners, appEntitlementOwnersService(context));
   router.service(Users, usersService(context));
-  router.service(Automations, automationsService(context));
+  router.service(Automations, { ...automationsService(context), ...automationWebhooksService(context) });
   router.service(AutomationExecutions, automationExecutionsService(context));
   router.service(Clients, clientsService(context));
 }

@@ -1,0 +1,347 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
+import { ManualClock } from "../src/clock.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+import {
+  activate,
+  createWebhookAutomation,
+  hmacHeaders,
+  postWebhook,
+  type WebhookAutomation,
+} from "./support/webhook-fixtures.js";
+
+interface Execution {
+  id: string;
+  state: string;
+  trigger?: unknown;
+  eventId?: string;
+  steps?: { name: string; state: string; output?: unknown }[];
+}
+
+async function executionsOf(server: TestServer, automationId: string): Promise<Execution[]> {
+  const res = await server.call("GET", `/api/v1/automation_executions?automation_id=${automationId}&page_size=100`);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { list: Execution[] }).list;
+}
+
+async function finishedExecution(server: TestServer, id: string): Promise<Execution> {
+  for (let i = 0; i < 200; i++) {
+    const res = await server.call("GET", `/api/v1/automation_executions/${id}`);
+    const { execution } = (await res.json()) as { execution: Execution };
+    if (execution.state === "SUCCEEDED" || execution.state === "FAILED") return execution;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error(`execution ${id} did not finish`);
+}
+
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+describe("inbound webhooks: HMAC listeners", () => {
+  let server: TestServer;
+  let hook: WebhookAutomation;
+
+  beforeAll(async () => {
+    server = await startTestServer();
+    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+  });
+  afterAll(() => server.close());
+
+  const send = (body: string | Buffer, headers: Record<string, string>, target = hook) =>
+    postWebhook(target.postUrl, headers, body);
+
+  it("shows the listener id, the full endpoint URL, and the secret on Create only", async () => {
+    expect(hook.listenerId).toMatch(/^[A-Za-z0-9_-]{22,}$/);
+    expect(hook.endpointUrl).toBe(`${server.config.baseUrl}/api/v1/webhooks/incoming/${hook.listenerId}`);
+    expect(hook.secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(Buffer.from(hook.secret, "base64url")).toHaveLength(32);
+    const got = await (await server.call("GET", `/api/v1/automations/${hook.id}`)).text();
+    const listed = await (await server.call("GET", "/api/v1/automations")).text();
+    expect(got).not.toContain(hook.secret);
+    expect(listed).not.toContain(hook.secret);
+  });
+
+  it("answers 200 {eventId, executionId} to a valid request and runs the automation with the body as ctx.trigger", async () => {
+    const body = JSON.stringify({ user: "u-42", nested: { ok: true } });
+    const eventId = randomUUID();
+    const answer = await send(body, hmacHeaders(hook, body, { eventId }));
+    expect(answer.status).toBe(200);
+    expect(Object.keys(answer.body).sort()).toEqual(["eventId", "executionId"]);
+    expect(answer.body.eventId).toBe(eventId);
+    const execution = await finishedExecution(server, String(answer.body.executionId));
+    expect(execution.state).toBe("SUCCEEDED");
+    expect(execution.trigger).toEqual({ user: "u-42", nested: { ok: true } });
+    expect(execution.eventId).toBe(eventId);
+    expect(execution.steps?.[0]?.output).toEqual({ user: "u-42", nested: { ok: true } });
+  });
+
+  it("answers 401 to an altered body, a wrong secret and a missing Webhook-Signature", async () => {
+    const body = '{"amount":1}';
+    const altered = await send('{"amount":2}', hmacHeaders(hook, body));
+    expect(altered).toEqual({ status: 401, body: { code: "unauthenticated", message: "Webhook-Signature does not match the request" } });
+    const wrongSecret = await send(body, hmacHeaders(hook, body, { secret: "A".repeat(43) }));
+    expect(wrongSecret.status).toBe(401);
+    expect(wrongSecret.body.code).toBe("unauthenticated");
+    const { "Webhook-Signature": _, ...unsigned } = hmacHeaders(hook, body);
+    const missing = await send(body, unsigned);
+    expect(missing).toEqual({ status: 401, body: { code: "unauthenticated", message: "Webhook-Signature is required for this listener" } });
+    expect(await executionsOf(server, hook.id)).toHaveLength(1); // only the valid request of the test above
+  });
+
+  it('answers 200 to a signature list "bad good"', async () => {
+    const body = '{"list":true}';
+    const headers = hmacHeaders(hook, body);
+    const bad = hmacHeaders(hook, body, { secret: "B".repeat(43), eventId: headers["Webhook-Event-Id"], timestamp: Number(headers["Webhook-Timestamp"]) });
+    const answer = await send(body, { ...headers, "Webhook-Signature": `${bad["Webhook-Signature"]} ${headers["Webhook-Signature"]}` });
+    expect(answer.status).toBe(200);
+  });
+
+  it("answers 400 when Content-Type, Webhook-Timestamp or Webhook-Event-Id is missing", async () => {
+    const body = "{}";
+    for (const [header, message] of [
+      ["Content-Type", "Content-Type is required and must be application/json"],
+      ["Webhook-Timestamp", "Webhook-Timestamp is required"],
+      ["Webhook-Event-Id", "Webhook-Event-Id is required"],
+    ] as const) {
+      const headers = hmacHeaders(hook, body);
+      delete headers[header];
+      // fetch adds text/plain to a string body without Content-Type; a Buffer body gets none.
+      const answer = await send(Buffer.from(body), headers);
+      expect(answer, header).toEqual({ status: 400, body: { code: "invalid_argument", message } });
+    }
+    const textPlain = await send(body, { ...hmacHeaders(hook, body), "Content-Type": "text/plain" });
+    expect(textPlain.status).toBe(400);
+  });
+
+  it("answers 400 to a timestamp 301 s old or ahead and to a non-numeric one, and 200 to one 299 s old", async () => {
+    const body = "{}";
+    for (const timestamp of [nowSeconds() - 301, nowSeconds() + 301]) {
+      const answer = await send(body, hmacHeaders(hook, body, { timestamp }));
+      expect(answer.status).toBe(400);
+      expect(answer.body.code).toBe("invalid_argument");
+      expect(answer.body.message).toMatch(/^Webhook-Timestamp is 30[12] s (behind|ahead of) the server time; at most 300 s is accepted$/);
+    }
+    const words = await send(body, { ...hmacHeaders(hook, body), "Webhook-Timestamp": "yesterday" });
+    expect(words).toEqual({ status: 400, body: { code: "invalid_argument", message: "Webhook-Timestamp must be a Unix time in seconds" } });
+    expect((await send(body, hmacHeaders(hook, body, { timestamp: nowSeconds() - 299 }))).status).toBe(200);
+  });
+
+  it("answers 400 to an event id that is not a UUID v4 (a v1 UUID, garbage)", async () => {
+    const body = "{}";
+    for (const eventId of ["c232ab00-9414-11ec-b3c8-9f6bdeced846", "garbage"]) {
+      const answer = await send(body, hmacHeaders(hook, body, { eventId }));
+      expect(answer, eventId).toEqual({ status: 400, body: { code: "invalid_argument", message: "Webhook-Event-Id must be a UUID v4" } });
+    }
+  });
+
+  it("answers 400 to a body that is not JSON", async () => {
+    const body = '{"unterminated": ';
+    const answer = await send(body, hmacHeaders(hook, body));
+    expect(answer).toEqual({ status: 400, body: { code: "invalid_argument", message: "the body is not valid JSON" } });
+  });
+
+  it("accepts a 65,536-byte body and answers 413 to 65,537 bytes", async () => {
+    const sized = (n: number) => `{"pad":"${"x".repeat(n - 10)}"}`;
+    const max = sized(65_536);
+    expect(Buffer.byteLength(max)).toBe(65_536);
+    expect((await send(max, hmacHeaders(hook, max))).status).toBe(200);
+    const over = sized(65_537);
+    const answer = await send(over, hmacHeaders(hook, over));
+    expect(answer).toEqual({ status: 413, body: { code: "resource_exhausted", message: "the body is larger than 65536 bytes" } });
+  });
+
+  it("answers 409 to the same event id twice and runs once", async () => {
+    const target = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const body = '{"n":1}';
+    const headers = hmacHeaders(target, body);
+    expect((await send(body, headers, target)).status).toBe(200);
+    const again = await send(body, headers, target);
+    expect(again).toEqual({
+      status: 409,
+      body: { code: "already_exists", message: "this Webhook-Event-Id was already accepted by this listener" },
+    });
+    expect(await executionsOf(server, target.id)).toHaveLength(1);
+  });
+
+  it("answers one 200 and nineteen 409 to 20 identical requests at once", async () => {
+    const target = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const body = '{"burst":true}';
+    const headers = hmacHeaders(target, body);
+    const answers = await Promise.all(Array.from({ length: 20 }, () => send(body, headers, target)));
+    const statuses = answers.map((a) => a.status).sort();
+    expect(statuses).toEqual([200, ...Array<number>(19).fill(409)]);
+    expect(await executionsOf(server, target.id)).toHaveLength(1);
+    expect(server.store.webhooks.events.countFor(target.listenerId)).toBe(1);
+  });
+
+  it("accepts the same event id on another listener", async () => {
+    const first = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const second = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const body = "{}";
+    const eventId = randomUUID();
+    expect((await send(body, hmacHeaders(first, body, { eventId }), first)).status).toBe(200);
+    expect((await send(body, hmacHeaders(second, body, { eventId }), second)).status).toBe(200);
+  });
+
+  it("answers 404 to an unknown listener", async () => {
+    const body = "{}";
+    const answer = await postWebhook(`${server.url}/api/v1/webhooks/incoming/${"x".repeat(22)}`, hmacHeaders(hook, body), body);
+    expect(answer).toEqual({ status: 404, body: { code: "not_found", message: "no webhook listener has this id" } });
+  });
+
+  it("answers 404 while unpublished or the trigger is off, records and runs nothing, and accepts the same event id once enabled", async () => {
+    const target = await createWebhookAutomation(server, { authMethod: "HMAC" }, { active: false });
+    const body = '{"later":true}';
+    const headers = hmacHeaders(target, body);
+    const refused = await send(body, headers, target);
+    expect(refused.status).toBe(404);
+    expect(refused.body.code).toBe("not_found");
+    // Published but the trigger still off.
+    expect((await server.call("POST", `/api/v1/automations/${target.id}/publish`, {})).status).toBe(200);
+    expect((await send(body, headers, target)).status).toBe(404);
+    expect(server.store.webhooks.events.countFor(target.listenerId)).toBe(0);
+    expect(await executionsOf(server, target.id)).toHaveLength(0);
+    await activate(server, target.id);
+    expect((await send(body, headers, target)).status).toBe(200);
+  });
+
+  it("does not put the webhook route behind bearer auth, and refuses other methods with 405", async () => {
+    const res = await fetch(hook.postUrl, { method: "GET" });
+    expect(res.status).toBe(405);
+    expect(res.headers.get("allow")).toBe("POST");
+  });
+
+  it("logs every verdict for ListWebhookDeliveries (Super Admin only), newest first, without the body", async () => {
+    const target = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const body = '{"secretish":"do-not-log"}';
+    const ok = hmacHeaders(target, body);
+    await send(body, ok, target);
+    await send(body, ok, target);
+    await send('{"x":1}', ok, target);
+    await send(body, hmacHeaders(target, body, { timestamp: nowSeconds() - 1000 }), target);
+    const res = await server.call("GET", `/api/v1/automations/${target.id}/webhook/deliveries?page_size=10`);
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).not.toContain("do-not-log");
+    expect(text).not.toContain(target.secret);
+    const { list, nextPageToken } = JSON.parse(text) as { list: Record<string, unknown>[]; nextPageToken: string };
+    expect(nextPageToken).toBe("");
+    expect(list.map((d) => [d.status, d.reason])).toEqual([
+      [400, "timestamp_out_of_window"],
+      [401, "signature_mismatch"],
+      [409, "duplicate_event"],
+      [200, "accepted"],
+    ]);
+    expect(list[3]).toMatchObject({
+      eventId: ok["Webhook-Event-Id"],
+      sourceIp: "127.0.0.1",
+      sizeBytes: String(Buffer.byteLength(body)),
+    });
+    expect(list[3]?.executionId).toEqual(expect.any(String));
+    expect(list[3]?.receivedAt).toEqual(expect.stringMatching(/^\d{4}-\d\d-\d\dT/));
+
+    const readOnly = await server.tokenFor(Role.READ_ONLY);
+    const refused = await fetch(`${server.url}/api/v1/automations/${target.id}/webhook/deliveries`, {
+      headers: { authorization: `Bearer ${readOnly}` },
+    });
+    expect(refused.status).toBe(403);
+  });
+});
+
+describe("inbound webhooks: IP restriction", () => {
+  it("answers 403 to 127.0.0.1 when only 10.0.0.0/8 is allowed, and 200 when 127.0.0.0/8 is", async () => {
+    const server = await startTestServer();
+    try {
+      const tenOnly = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.0/8"] });
+      const body = "{}";
+      const refused = await postWebhook(tenOnly.postUrl, hmacHeaders(tenOnly, body), body);
+      expect(refused).toEqual({
+        status: 403,
+        body: { code: "permission_denied", message: "source address 127.0.0.1 is not in the listener's allowed CIDRs" },
+      });
+      // Not believed: the peer is not a trusted proxy.
+      const forged = await postWebhook(tenOnly.postUrl, { ...hmacHeaders(tenOnly, body), "X-Forwarded-For": "10.1.2.3" }, body);
+      expect(forged.status).toBe(403);
+      const loopback = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["127.0.0.0/8"] });
+      expect((await postWebhook(loopback.postUrl, hmacHeaders(loopback, body), body)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("believes X-Forwarded-For only from a trusted proxy", async () => {
+    const server = await startTestServer({ trustedProxies: ["127.0.0.0/8"] });
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["203.0.113.0/24"] });
+      const body = "{}";
+      const via = (xff: string | undefined) =>
+        postWebhook(hook.postUrl, { ...hmacHeaders(hook, body), ...(xff === undefined ? {} : { "X-Forwarded-For": xff }) }, body);
+      expect((await via("203.0.113.9")).status).toBe(200);
+      // The client wrote the left entry itself; the proxy appended the real one.
+      expect((await via("203.0.113.9, 198.51.100.7")).status).toBe(403);
+      expect((await via(undefined)).status).toBe(403);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("refuses an invalid CIDR with 400", async () => {
+    const server = await startTestServer();
+    try {
+      const res = await server.call("POST", "/api/v1/automations", {
+        displayName: "bad cidr",
+        trigger: { webhook: { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.0/33"] } },
+        steps: [{ name: "echo", log: { messageCel: "ctx.trigger" } }],
+      });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({ code: "invalid_argument", message: expect.stringContaining('"10.0.0.0/33"') });
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe("inbound webhooks: secret rotation", () => {
+  it("accepts both secrets during the grace period and only the new one after it", async () => {
+    const clock = new ManualClock(Date.now());
+    const server = await startTestServer({}, { clock });
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const res = await server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, {});
+      expect(res.status).toBe(200);
+      const rotated = (await res.json()) as { webhookSecret: string; previousSecretExpiresAt: string };
+      expect(rotated.webhookSecret).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(rotated.webhookSecret).not.toBe(hook.secret);
+      expect(Date.parse(rotated.previousSecretExpiresAt)).toBe(clock.now() + 24 * 3_600_000);
+
+      const body = "{}";
+      const withSecret = (secret: string) =>
+        postWebhook(hook.postUrl, hmacHeaders(hook, body, { secret, timestamp: Math.floor(clock.now() / 1000) }), body);
+      expect((await withSecret(hook.secret)).status).toBe(200);
+      expect((await withSecret(rotated.webhookSecret)).status).toBe(200);
+      clock.advance(24 * 3_600_000);
+      expect((await withSecret(hook.secret)).status).toBe(401);
+      expect((await withSecret(rotated.webhookSecret)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("ends the old secret at once with gracePeriod 0s and refuses non-HMAC automations", async () => {
+    const server = await startTestServer();
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const res = await server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, { gracePeriod: "0s" });
+      const { webhookSecret } = (await res.json()) as { webhookSecret: string };
+      const body = "{}";
+      expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status).toBe(401);
+      expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body, { secret: webhookSecret }), body)).status).toBe(200);
+      const negative = await server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, { gracePeriod: "-1s" });
+      expect(negative.status).toBe(400);
+      const missing = await server.call("POST", `/api/v1/automations/${randomUUID()}/webhook/rotate-secret`, {});
+      expect(missing.status).toBe(404);
+    } finally {
+      await server.close();
+    }
+  });
+});

@@ -1,0 +1,174 @@
+import { createHash, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
+import { SignJWT, UnsecuredJWT } from "jose";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { signJwtWebhook } from "../src/webhooks/index.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+import {
+  createWebhookAutomation,
+  postWebhook,
+  startJwksServer,
+  unreachableUrl,
+  type JwksServer,
+  type WebhookAutomation,
+} from "./support/webhook-fixtures.js";
+
+const body = '{"user":"u-7"}';
+const nowSeconds = () => Math.floor(Date.now() / 1000);
+
+describe("inbound webhooks: JWT listeners", () => {
+  let server: TestServer;
+  let jwks: JwksServer;
+  let hook: WebhookAutomation;
+
+  beforeAll(async () => {
+    jwks = await startJwksServer();
+    server = await startTestServer({ jwksAllowHttp: true });
+    hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+  });
+  afterAll(async () => {
+    await server.close();
+    await jwks.close();
+  });
+
+  type Claims = Record<string, unknown>;
+
+  /** Headers with a JWT whose claims are the valid ones, changed by `edit` (undefined deletes). */
+  async function jwtHeaders(
+    edit: Claims = {},
+    { key = jwks.keys.eddsa, kid = "ed1", alg = "EdDSA" }: { key?: KeyObject; kid?: string; alg?: string } = {},
+  ): Promise<Record<string, string>> {
+    const eventId = randomUUID();
+    const timestamp = nowSeconds();
+    const claims: Claims = {
+      sub: server.config.baseUrl,
+      aud: hook.endpointUrl,
+      exp: timestamp + 300,
+      jti: eventId,
+      htm: "POST",
+      htb_s256: createHash("sha256").update(body).digest("base64url"),
+      ...edit,
+    };
+    for (const [name, value] of Object.entries(claims)) if (value === undefined) delete claims[name];
+    const jwt = await new SignJWT(claims).setProtectedHeader({ alg, kid }).sign(key);
+    return {
+      "Content-Type": "application/json",
+      "Webhook-Timestamp": String(timestamp),
+      "Webhook-Event-Id": eventId,
+      Authorization: `Bearer ${jwt}`,
+    };
+  }
+
+  const send = (headers: Record<string, string>, target = hook) => postWebhook(target.postUrl, headers, body);
+
+  it("accepts RS256, ES256 and EdDSA tokens", async () => {
+    for (const [key, kid, alg] of [
+      [jwks.keys.rs256, "rs1", "RS256"],
+      [jwks.keys.es256, "es1", "ES256"],
+      [jwks.keys.eddsa, "ed1", "EdDSA"],
+    ] as const) {
+      const answer = await send(await jwtHeaders({}, { key, kid, alg }));
+      expect(answer.status, alg).toBe(200);
+    }
+  });
+
+  it("accepts what `accessd webhook sign --key --kid` produces", async () => {
+    const headers = await signJwtWebhook({ url: hook.endpointUrl, body: Buffer.from(body) }, { privateKey: jwks.keys.es256, kid: "es1" });
+    expect((await send({ ...headers })).status).toBe(200);
+  });
+
+  it("answers 401 to alg none, HS256 and an unknown kid", async () => {
+    const claims = { sub: server.config.baseUrl, aud: hook.endpointUrl, jti: randomUUID(), htm: "POST" };
+    const none = new UnsecuredJWT(claims).setExpirationTime("5m").encode();
+    const valid = await jwtHeaders();
+    const hs256 = await new SignJWT(claims)
+      .setProtectedHeader({ alg: "HS256", kid: "ed1" })
+      .setExpirationTime("5m")
+      .sign(new TextEncoder().encode("a shared secret that is long enough!!"));
+    for (const token of [none, hs256]) {
+      const answer = await send({ ...valid, Authorization: `Bearer ${token}` });
+      expect(answer).toEqual({ status: 401, body: { code: "unauthenticated", message: "JWT alg must be one of RS256, ES256, EdDSA" } });
+    }
+    const unknownKid = await send(await jwtHeaders({}, { kid: "nobody" }));
+    expect(unknownKid).toEqual({
+      status: 401,
+      body: { code: "unauthenticated", message: "no key in the listener's JWKS matches the JWT kid and alg" },
+    });
+    // A key that is not in the JWKS, claiming the kid of one that is.
+    const stranger = generateKeyPairSync("ed25519").privateKey;
+    expect((await send(await jwtHeaders({}, { key: stranger, kid: "ed1" }))).body).toEqual({
+      code: "unauthenticated",
+      message: "the JWT signature does not verify",
+    });
+  });
+
+  it("answers 401 when any of the six claims is missing or wrong", async () => {
+    const cases: [string, Claims][] = [
+      ["sub missing", { sub: undefined }],
+      ["sub wrong", { sub: "https://evil.example" }],
+      ["aud missing", { aud: undefined }],
+      ["aud wrong", { aud: `${server.config.baseUrl}/api/v1/webhooks/incoming/other` }],
+      ["exp missing", { exp: undefined }],
+      ["jti missing", { jti: undefined }],
+      ["jti wrong", { jti: randomUUID() }],
+      ["htm missing", { htm: undefined }],
+      ["htm wrong", { htm: "GET" }],
+      ["htb_s256 missing", { htb_s256: undefined }],
+      ["htb_s256 wrong", { htb_s256: createHash("sha256").update("{}").digest("base64url") }],
+    ];
+    for (const [name, edit] of cases) {
+      const answer = await send(await jwtHeaders(edit));
+      expect(answer.status, name).toBe(401);
+      expect(answer.body.code, name).toBe("unauthenticated");
+      const claim = name.split(" ")[0] ?? "";
+      expect(answer.body.message, name).toContain(claim);
+    }
+  });
+
+  it("answers 401 to an exp in the past or 11 minutes ahead, 200 to 9 minutes ahead", async () => {
+    expect((await send(await jwtHeaders({ exp: nowSeconds() - 5 }))).body).toEqual({ code: "unauthenticated", message: "the JWT has expired" });
+    expect((await send(await jwtHeaders({ exp: nowSeconds() + 11 * 60 }))).body).toEqual({
+      code: "unauthenticated",
+      message: "JWT exp must be at most 600 s after the current time",
+    });
+    expect((await send(await jwtHeaders({ exp: nowSeconds() + 9 * 60 }))).status).toBe(200);
+  });
+
+  it("answers 401 without an Authorization header", async () => {
+    const { Authorization: _, ...headers } = await jwtHeaders();
+    expect(await send(headers)).toEqual({
+      status: 401,
+      body: { code: "unauthenticated", message: "Authorization: Bearer <JWT> is required for this listener" },
+    });
+  });
+
+  it("answers 401 within a bounded time when the JWKS server is down or hangs", async () => {
+    for (const url of [await unreachableUrl(), jwks.hangingUrl]) {
+      const target = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: url });
+      const headers = await jwtHeaders({ aud: target.endpointUrl });
+      const started = Date.now();
+      const answer = await send(headers, target);
+      expect(answer.status, url).toBe(401);
+      expect(answer.body.code).toBe("unauthenticated");
+      expect(Date.now() - started, url).toBeLessThan(4_000);
+    }
+  });
+
+  it("requires an https JWKS URL unless ACCESSD_JWKS_ALLOW_HTTP and a loopback host", async () => {
+    const create = (srv: TestServer, jwksUrl: string) =>
+      srv.call("POST", "/api/v1/automations", {
+        displayName: "jwks",
+        trigger: { webhook: { authMethod: "JWT", jwksUrl } },
+        steps: [{ name: "echo", log: { messageCel: "ctx.trigger" } }],
+      });
+    expect((await create(server, "http://example.com/jwks.json")).status).toBe(400);
+    expect((await create(server, "https://keys.example.com/jwks.json")).status).toBe(200);
+    const strict = await startTestServer();
+    try {
+      const res = await create(strict, jwks.url);
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({ code: "invalid_argument", message: "trigger.webhook.jwksUrl must be an https URL" });
+    } finally {
+      await strict.close();
+    }
+  });
+});
