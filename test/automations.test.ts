@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { enqueueExecution } from "../src/automations/index.js";
 import { answer, createApp, createEntitlement, createUser, listOwnerIds } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -218,6 +219,78 @@ describe("automation executions", () => {
       status: 404,
       body: { code: "not_found", message: 'automation execution "nope" not found' },
     });
+  });
+  it("still runs executions created before their automation was deleted", async () => {
+    const automationId = await createAutomation([{ name: "say", log: { messageCel: '"still here"' } }]);
+    await server.worker.stop();
+    const created = await execute(automationId, {});
+    expect((await server.call("DELETE", `/api/v1/automations/${automationId}`)).status).toBe(200);
+    server.worker.start();
+    await server.worker.whenIdle();
+    expect(await getExecution(created.id)).toMatchObject({ state: "SUCCEEDED", steps: [{ name: "say", output: "still here" }] });
+  });
+
+  it("enqueues inside the caller's transaction: nothing is left when that transaction rolls back", async () => {
+    const automationId = await createAutomation([{ name: "say", log: { messageCel: "1" } }]);
+    const store = server.store;
+    const clock = { now: () => Date.now() };
+    let enqueued = "";
+    expect(() =>
+      store.transaction(() => {
+        enqueued = enqueueExecution(store, clock.now(), { automationId, trigger: { a: 1 }, eventId: "e-1" }).executionId;
+        throw new Error("the caller's own write failed");
+      }),
+    ).toThrow("the caller's own write failed");
+    expect(store.executions.get(enqueued)).toBeUndefined();
+
+    const { executionId } = store.transaction(() =>
+      enqueueExecution(store, clock.now(), { automationId, trigger: { a: 1 }, eventId: "e-2" }),
+    );
+    server.worker.notify();
+    await server.worker.whenIdle();
+    expect(await getExecution(executionId)).toMatchObject({ state: "SUCCEEDED", eventId: "e-2", trigger: { a: 1 } });
+    expect(() => enqueueExecution(store, clock.now(), { automationId: "gone", trigger: null })).toThrow('automation "gone" not found');
+  });
+});
+
+describe("listing executions", () => {
+  interface Page {
+    list: ExecutionJson[];
+    nextPageToken: string;
+  }
+  const list = async (query: string): Promise<{ status: number; body: Page }> => {
+    const res = await server.call("GET", `/api/v1/automation_executions?${query}`);
+    return { status: res.status, body: (await res.json()) as Page };
+  };
+
+  it("filters by automation and state, in pages of the shared pagination module", async () => {
+    const ok = await createAutomation([{ name: "ok", log: { messageCel: "1" } }]);
+    const bad = await createAutomation([{ name: "bad", log: { messageCel: "ctx.trigger.absent" } }]);
+    const okIds: string[] = [];
+    for (let i = 0; i < 12; i++) okIds.push((await execute(ok, { i })).id);
+    const badIds: string[] = [];
+    for (let i = 0; i < 3; i++) badIds.push((await execute(bad, { i })).id);
+    await server.worker.whenIdle();
+
+    const first = await list(`automation_id=${ok}&page_size=5`);
+    expect(first.status).toBe(200);
+    expect(first.body.list.map((e) => e.id)).toEqual(okIds.slice(0, 10)); // page_size below 10 -> 10
+    expect(first.body.nextPageToken).not.toBe("");
+    const second = await list(`automation_id=${ok}&page_size=5&page_token=${first.body.nextPageToken}`);
+    expect(second.body).toMatchObject({ nextPageToken: "" });
+    expect(second.body.list.map((e) => e.id)).toEqual(okIds.slice(10));
+
+    const failed = await list(`automation_id=${bad}&state=FAILED`);
+    expect(failed.body.list.map((e) => [e.id, e.state, e.steps[0]?.state])).toEqual(badIds.map((id) => [id, "FAILED", "FAILED"]));
+    expect(failed.body.nextPageToken).toBe("");
+    expect((await list(`automation_id=${ok}&state=FAILED`)).body).toEqual({ list: [], nextPageToken: "" });
+    const allFailed = (await list("state=FAILED&page_size=100")).body.list.map((e) => e.id);
+    expect(allFailed).toEqual(expect.arrayContaining(badIds));
+    expect(allFailed).not.toContain(okIds[0]);
+
+    // A token belongs to its listing: reusing it with another filter is refused.
+    const other = await server.call("GET", `/api/v1/automation_executions?automation_id=${bad}&page_token=${first.body.nextPageToken}`);
+    expect(other.status).toBe(400);
   });
 });
 

@@ -80,9 +80,9 @@ export class AutomationsRepository {
       "UPDATE automations SET published = ?, trigger_enabled = ?, updated_at = ? WHERE id = ?",
     );
     this.deleteStmt = db.prepare<[string]>("DELETE FROM automations WHERE id = ?");
-    this.deleteUnusedVersionsStmt = db.prepare<[string]>(
-      `DELETE FROM automation_versions WHERE automation_id = ?1 AND NOT EXISTS (
-         SELECT 1 FROM automation_executions e WHERE e.automation_id = ?1 AND e.automation_version = version)`,
+    this.deleteUnusedVersionsStmt = db.prepare<{ id: string }>(
+      `DELETE FROM automation_versions AS v WHERE v.automation_id = :id AND NOT EXISTS (
+         SELECT 1 FROM automation_executions e WHERE e.automation_id = :id AND e.automation_version = v.version)`,
     );
     this.versionStepsStmt = db
       .prepare<[string, number], string>("SELECT steps FROM automation_versions WHERE automation_id = ? AND version = ?")
@@ -144,7 +144,7 @@ export class AutomationsRepository {
   /** True when a row was deleted. Versions still named by executions stay, so those can finish. */
   delete(id: string): boolean {
     const deleted = this.deleteStmt.run(id).changes > 0;
-    if (deleted) this.deleteUnusedVersionsStmt.run(id);
+    if (deleted) this.deleteUnusedVersionsStmt.run({ id });
     return deleted;
   }
 
