@@ -71,13 +71,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
     wakeWorker: () => worker.notify(),
   });
-  const automations = {
-    worker,
-    programs,
-    webhookHooks: webhooks.hooks,
-    webhookSecrets: webhooks.secrets,
-    baseUrl: config.baseUrl,
-  };
+  const automations = { worker, programs, webhookHooks: webhooks.hooks, baseUrl: config.baseUrl };
   const metrics = options.metrics ?? new Metrics();
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
@@ -97,7 +91,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     ],
     maxBodyBytes: config.apiMaxBodyBytes,
     log,
-    routes: (router) => registerApiServices(router, { store, clock, pageTokens, automations }),
+    routes: (router) => registerApiServices(router, { store, clock, pageTokens, automations }, webhooks.secrets),
   });
   const rpcs = connect.handlers.map((h) => h.method);
   requiredRoles.register(rpcs);

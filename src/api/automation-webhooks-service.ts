@@ -9,7 +9,7 @@ import {
 import type { TriggerConfig } from "../automations/trigger-config.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import type { WebhookDeliveryRecord } from "../store/webhook-deliveries-repository.js";
-import { defaultRotationGraceMs } from "../webhooks/index.js";
+import { defaultRotationGraceMs, type WebhookSecretStore } from "../webhooks/index.js";
 import { invalidArgument, notFound, requireField } from "./errors.js";
 import type { ServiceContext } from "./service-context.js";
 
@@ -19,8 +19,10 @@ export type AutomationWebhooksImpl = Pick<ServiceImpl<typeof Automations>, "rota
 /** A grace period longer than this is refused: a leaked old secret should not live for months. */
 const maxGraceMs = 30 * 86_400_000;
 
-export function automationWebhooksService({ store, pageTokens, automations }: ServiceContext): AutomationWebhooksImpl {
-  const secrets = automations.webhookSecrets;
+export function automationWebhooksService(
+  { store, pageTokens }: ServiceContext,
+  secrets: WebhookSecretStore,
+): AutomationWebhooksImpl {
   const triggerOrThrow = (id: string): TriggerConfig => {
     const automation = store.automations.get(id);
     if (automation === undefined) throw notFound("automation", id);

@@ -13,18 +13,22 @@ import { automationExecutionsService } from "./automation-executions-service.js"
 import { automationWebhooksService } from "./automation-webhooks-service.js";
 import { automationsService } from "./automations-service.js";
 import { clientsService } from "./clients-service.js";
+import type { WebhookSecretStore } from "../webhooks/index.js";
 import type { ServiceContext } from "./service-context.js";
 import { usersService } from "./users-service.js";
 
 export type { ServiceContext } from "./service-context.js";
 
-/** Registers every API service of the contract on the router. */
-export function registerApiServices(router: ConnectRouter, context: ServiceContext): void {
+/**
+ * Registers every API service of the contract on the router. Automations is served by two
+ * partial implementations: the automations module's and the webhooks module's (secrets, deliveries).
+ */
+export function registerApiServices(router: ConnectRouter, context: ServiceContext, webhookSecrets: WebhookSecretStore): void {
   router.service(Apps, appsService(context));
   router.service(AppEntitlements, appEntitlementsService(context));
   router.service(AppEntitlementOwners, appEntitlementOwnersService(context));
   router.service(Users, usersService(context));
-  router.service(Automations, { ...automationsService(context), ...automationWebhooksService(context) });
+  router.service(Automations, { ...automationsService(context), ...automationWebhooksService(context, webhookSecrets) });
   router.service(AutomationExecutions, automationExecutionsService(context));
   router.service(Clients, clientsService(context));
 }

@@ -4,7 +4,6 @@ import type { WebhookTriggerHooks } from "../automations/trigger-config.js";
 import type { Clock } from "../clock.js";
 import type { PageTokenCodec } from "../pagination/index.js";
 import type { Store } from "../store/store.js";
-import type { WebhookSecretStore } from "../webhooks/secret-store.js";
 
 /** What every API service implementation is built from. */
 export interface ServiceContext {
@@ -24,6 +23,4 @@ export interface AutomationsContext {
   webhookHooks: WebhookTriggerHooks;
   /** config.baseUrl: the prefix of webhook endpoint URLs. */
   baseUrl: string;
-  /** HMAC listener secrets (RotateWebhookSecret). */
-  webhookSecrets: WebhookSecretStore;
 }
