@@ -50,6 +50,14 @@ interface KeyPair {
  * accepted by `kid`, the newest one signs.
  */
 export class AccessTokens {
+  /**
+   * Tokens already verified -> (client id, expiry): a signature check costs ~250 µs, a map hit
+   * nothing. Expiry is still checked on every hit; the client's existence is checked by the
+   * caller on every request, so a deleted client's cached token still fails at once.
+   */
+  private readonly verified = new Map<string, { clientId: string; expiresAtMs: number }>();
+  private static readonly maxCached = 10_000;
+
   private constructor(
     private readonly signer: KeyPair,
     private readonly verifiers: ReadonlyMap<string, CryptoKey>,
@@ -94,6 +102,21 @@ export class AccessTokens {
 
   /** The client id the token was issued to; throws InvalidAccessTokenError otherwise. */
   async verify(token: string): Promise<string> {
+    const cached = this.verified.get(token);
+    if (cached !== undefined) {
+      if (this.options.clock.now() < cached.expiresAtMs) return cached.clientId;
+      this.verified.delete(token);
+    }
+    const { clientId, expiresAtMs } = await this.verifySignedToken(token);
+    this.verified.set(token, { clientId, expiresAtMs });
+    if (this.verified.size > AccessTokens.maxCached) {
+      const oldest = this.verified.keys().next();
+      if (oldest.done !== true) this.verified.delete(oldest.value);
+    }
+    return clientId;
+  }
+
+  private async verifySignedToken(token: string): Promise<{ clientId: string; expiresAtMs: number }> {
     try {
       const { payload } = await jwtVerify(token, (header: JWTHeaderParameters) => this.keyFor(header), {
         algorithms: [algorithm],
@@ -104,7 +127,7 @@ export class AccessTokens {
         requiredClaims: ["sub", "exp", "iat"],
       });
       if (typeof payload.sub !== "string" || payload.sub === "") throw new InvalidAccessTokenError("token has no subject");
-      return payload.sub;
+      return { clientId: payload.sub, expiresAtMs: (payload.exp ?? 0) * 1000 };
     } catch (e) {
       if (e instanceof InvalidAccessTokenError) throw e;
       throw new InvalidAccessTokenError(describeJoseError(e));
