@@ -220,6 +220,40 @@ describe("automation executions", () => {
       body: { code: "not_found", message: 'automation execution "nope" not found' },
     });
   });
+  it("resumes an interrupted execution at its first unfinished step and never runs a recorded step again", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const automationId = await createAutomation([grantStep, { name: "note", log: { messageCel: '"after " + ctx.grant.userId' } }]);
+    await server.worker.stop();
+    const created = await execute(automationId, { app_id: appId, "entitlement-id": entitlementId, user_id: userId });
+    // What a crash after step 0 committed leaves behind: RUNNING, step 0 recorded. The record says
+    // the owner was added, but it was not: if step 0 ran again, the owner would appear.
+    const store = server.store;
+    store.transaction(() => {
+      store.executions.markRunning(created.id, Date.now());
+      store.executions.recordStep(created.id, {
+        position: 0,
+        name: "grant",
+        state: "SUCCEEDED",
+        output: { appId, entitlementId, userId: "recorded-user" },
+        error: "",
+        startedAt: Date.now(),
+        finishedAt: Date.now(),
+      });
+    });
+    server.worker.start();
+    await server.worker.whenIdle();
+    expect(await getExecution(created.id)).toMatchObject({
+      state: "SUCCEEDED",
+      steps: [
+        { name: "grant", state: "SUCCEEDED", output: { userId: "recorded-user" } },
+        { name: "note", state: "SUCCEEDED", output: "after recorded-user" },
+      ],
+    });
+    expect(await listOwnerIds(server, appId, entitlementId)).toEqual([]);
+  });
+
   it("still runs executions created before their automation was deleted", async () => {
     const automationId = await createAutomation([{ name: "say", log: { messageCel: '"still here"' } }]);
     await server.worker.stop();

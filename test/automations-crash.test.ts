@@ -1,0 +1,169 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { Store } from "../src/store/store.js";
+import { listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+
+const running: CliProcess[] = [];
+const dirs: string[] = [];
+afterAll(() => {
+  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+const bootstrap = { ACCESSD_BOOTSTRAP_CLIENT_ID: "crash-test", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "crash-test-secret-0123456789" };
+const stepDelayMs = 100;
+const executions = 8;
+
+async function serve(database: string) {
+  const cli = spawnCli(["serve"], {
+    ACCESSD_PORT: "0",
+    ACCESSD_DATABASE: database,
+    ACCESSD_TEST_STEP_DELAY_MS: String(stepDelayMs),
+    ...bootstrap,
+  });
+  running.push(cli);
+  const url = `http://127.0.0.1:${await listeningPort(cli)}`;
+  const token = await fetch(`${url}/auth/v1/token`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({
+      grant_type: "client_credentials",
+      client_id: bootstrap.ACCESSD_BOOTSTRAP_CLIENT_ID,
+      client_secret: bootstrap.ACCESSD_BOOTSTRAP_CLIENT_SECRET,
+    }),
+  });
+  expect(token.status).toBe(200);
+  const authorization = `Bearer ${((await token.json()) as { access_token: string }).access_token}`;
+  const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+    const res = await fetch(url + path, {
+      method,
+      headers: { authorization, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (res.status !== 200) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+    return JSON.parse(text) as T;
+  };
+  return { cli, call };
+}
+
+interface ExecutionJson {
+  id: string;
+  state: string;
+  steps: { name: string; state: string }[];
+}
+
+/** The "automation log" lines of a process's stdout, as "<execution id>/<step>". */
+function logLines(cli: CliProcess): string[] {
+  return cli
+    .stdout()
+    .split("\n")
+    .filter((line) => line.includes('"automation log"'))
+    .map((line) => {
+      const entry = JSON.parse(line) as { executionId: string; step: string };
+      return `${entry.executionId}/${entry.step}`;
+    });
+}
+
+async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe("crash safety", () => {
+  it("completes every execution exactly once after the process is SIGKILLed in the middle of a batch", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-crash-"));
+    dirs.push(dir);
+    const database = join(dir, "accessd.db");
+
+    const first = await serve(database);
+    const { app } = await first.call<{ app: { id: string } }>("POST", "/api/v1/apps", { displayName: "Billing" });
+    const { appEntitlement } = await first.call<{ appEntitlement: { id: string } }>(
+      "POST",
+      `/api/v1/apps/${app.id}/entitlements`,
+      { displayName: "Admin" },
+    );
+    const userIds: string[] = [];
+    for (let i = 0; i < executions; i++) {
+      const { user } = await first.call<{ user: { id: string } }>("POST", "/api/v1/users", { displayName: `User ${i}` });
+      userIds.push(user.id);
+    }
+    const { automation } = await first.call<{ automation: { id: string } }>("POST", "/api/v1/automations", {
+      displayName: "Grant",
+      trigger: { manual: {} },
+      steps: [
+        { name: "before", log: { messageCel: '"granting " + ctx.trigger.user_id' } },
+        {
+          name: "grant",
+          addEntitlementOwner: { appIdCel: "ctx.trigger.app_id", entitlementIdCel: 'ctx.trigger["entitlement-id"]', userIdCel: "ctx.trigger.user_id" },
+        },
+        { name: "after", log: { messageCel: '"granted " + ctx.grant.userId' } },
+      ],
+    });
+    const executionIds: string[] = [];
+    for (const userId of userIds) {
+      const { execution } = await first.call<{ execution: ExecutionJson }>("POST", `/api/v1/automations/${automation.id}/execute`, {
+        context: { app_id: app.id, "entitlement-id": appEntitlement.id, user_id: userId },
+      });
+      executionIds.push(execution.id);
+    }
+
+    // Kill once an execution has finished a step but not all of them, with more still queued.
+    await until("an execution is part-way through", async () => {
+      const { list } = await first.call<{ list: ExecutionJson[] }>("GET", "/api/v1/automation_executions?state=RUNNING");
+      return list.some((e) => e.steps.some((s) => s.state === "SUCCEEDED"));
+    });
+    first.cli.child.kill("SIGKILL");
+    expect(await first.cli.exited).toEqual({ code: null, signal: "SIGKILL" });
+
+    const atCrash = Store.open(database);
+    const interrupted = executionIds.map((id) => atCrash.executions.get(id)).filter((e) => e?.state === "RUNNING");
+    const pending = executionIds.map((id) => atCrash.executions.get(id)).filter((e) => e?.state === "PENDING");
+    const interruptedSteps = interrupted.map((e) => atCrash.executions.steps(e?.id ?? "").length);
+    atCrash.close();
+    expect(interrupted).toHaveLength(1);
+    expect(interruptedSteps[0]).toBeGreaterThan(0);
+    expect(pending.length).toBeGreaterThan(0);
+
+    const second = await serve(database);
+    await until("every execution has finished", async () => {
+      const unfinished = await Promise.all(
+        ["PENDING", "RUNNING"].map((state) =>
+          second.call<{ list: ExecutionJson[] }>("GET", `/api/v1/automation_executions?automation_id=${automation.id}&state=${state}`),
+        ),
+      );
+      return unfinished.every((page) => page.list.length === 0);
+    });
+    expect(second.cli.stdout()).toContain("resuming automation execution");
+    second.cli.child.kill("SIGTERM");
+    expect(await second.cli.exited).toEqual({ code: 0, signal: null });
+
+    const store = Store.open(database);
+    try {
+      for (const [i, id] of executionIds.entries()) {
+        expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
+        const steps = store.executions.steps(id);
+        expect(steps.map((s) => [s.position, s.name, s.state])).toEqual([
+          [0, "before", "SUCCEEDED"],
+          [1, "grant", "SUCCEEDED"],
+          [2, "after", "SUCCEEDED"],
+        ]);
+        expect(steps[1]?.output).toEqual({ appId: app.id, entitlementId: appEntitlement.id, userId: userIds[i] });
+        expect(steps[2]?.output).toBe(`granted ${userIds[i]}`);
+      }
+      const owners = store.owners.listAfter(appEntitlement.id, undefined, 100).map((u) => u.id);
+      expect(owners.sort()).toEqual([...userIds].sort());
+    } finally {
+      store.close();
+    }
+
+    // A log step's line is written after its record commits: never twice across the two processes.
+    const lines = [...logLines(first.cli), ...logLines(second.cli)];
+    expect(new Set(lines).size).toBe(lines.length);
+  }, 60_000);
+});
