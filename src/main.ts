@@ -57,6 +57,9 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   const clock = options.clock ?? systemClock;
   const store = options.store ?? Store.open(config.database);
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
+  const metrics = options.metrics ?? new Metrics();
+  metrics.observeExecutionsByState(() => store.executions.countByState());
+  metrics.observeQueueDepth(() => store.executions.countUnfinished());
   const programs = new ProgramCache();
   const worker = new ExecutionWorker({ store, clock, log, programs, stepDelayMs: config.testStepDelayMs });
   const webhooks = createWebhooks({
@@ -70,9 +73,9 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     findListener: (listenerId) => store.automations.findByListenerId(listenerId),
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
     wakeWorker: () => worker.notify(),
+    onVerdict: (reason, status) => metrics.recordWebhookVerdict(reason, status),
   });
   const automations = { worker, programs, webhookHooks: webhooks.hooks, baseUrl: config.baseUrl };
-  const metrics = options.metrics ?? new Metrics();
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
   const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock });

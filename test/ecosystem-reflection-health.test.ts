@@ -188,10 +188,14 @@ describe("gRPC health", () => {
   it("reports SERVICE_UNKNOWN to a Watch of an unknown service", async () => {
     const client = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
     const statuses: Status[] = [];
-    for await (const res of client.watch({ service: "no.such.Service" })) {
-      statuses.push(res.status);
-      break; // the stream stays open until shutdown; leaving the loop cancels it
-    }
+    const abort = new AbortController();
+    const watching = (async () => {
+      for await (const res of client.watch({ service: "no.such.Service" }, { signal: abort.signal })) {
+        statuses.push(res.status);
+        abort.abort(); // the stream stays open (the service might appear) until cancelled
+      }
+    })();
+    await expect(watching).rejects.toThrow(/canceled|aborted/);
     expect(statuses).toEqual([Status.SERVICE_UNKNOWN]);
   });
 });

@@ -5,15 +5,20 @@ import type { Metrics } from "./metrics.js";
 
 /**
  * Counts and times every API operation on every protocol (REST too: the transcoder calls the same
- * handlers). A streaming response is measured until its last message, not until it starts.
+ * handlers). A streaming response is measured until its last message, or until the client goes
+ * away (`canceled`), not until it starts.
  */
 export function metricsInterceptor(metrics: Metrics): Interceptor {
   return (next) => async (req) => {
     const started = performance.now();
     const protocol = req.contextValues.get(requestFactsKey).protocol;
     const operation = `${req.service.typeName}.${req.method.name}`;
-    const record = (code: string): void =>
+    let recorded = false;
+    const record = (code: string): void => {
+      if (recorded) return;
+      recorded = true;
       metrics.recordRequest({ protocol, operation, code, seconds: (performance.now() - started) / 1000 });
+    };
     let res;
     try {
       res = await next(req);
@@ -25,19 +30,18 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
       record("ok");
       return res;
     }
-    return { ...res, message: observeStream(res, record) } satisfies StreamResponse;
+    // A cancelled stream may never be iterated again, so its end is learned from the signal.
+    req.signal.addEventListener("abort", () => record("canceled"), { once: true });
+    return { ...res, message: observeStream(res.message, record) } satisfies StreamResponse;
   };
 }
 
-async function* observeStream<O>(res: { message: AsyncIterable<O> }, record: (code: string) => void): AsyncIterable<O> {
-  let outcome = "canceled"; // the client went away before the stream ended
+async function* observeStream<O>(messages: AsyncIterable<O>, record: (code: string) => void): AsyncIterable<O> {
   try {
-    yield* res.message;
-    outcome = "ok";
+    yield* messages;
+    record("ok");
   } catch (e) {
-    outcome = codeName(ConnectError.from(e).code);
+    record(codeName(ConnectError.from(e).code));
     throw e;
-  } finally {
-    record(outcome);
   }
 }

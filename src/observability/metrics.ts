@@ -28,7 +28,6 @@ export class Metrics {
   private readonly requests: Counter<"protocol" | "operation" | "code">;
   private readonly duration: Histogram<"protocol" | "operation">;
   private readonly webhookVerdicts: Counter<"reason" | "status">;
-  private readonly executions: Counter<"state">;
   private executionsByStateSource: (() => Readonly<Record<string, number>>) | undefined;
   private queueDepthSource: (() => number) | undefined;
 
@@ -53,16 +52,10 @@ export class Metrics {
       labelNames: ["reason", "status"],
       registers,
     });
-    this.executions = new Counter({
-      name: "accessd_automation_executions_total",
-      help: "Automation executions that reached a state (PENDING when accepted, then SUCCEEDED or FAILED).",
-      labelNames: ["state"],
-      registers,
-    });
     const self = this;
     new Gauge({
       name: "accessd_automation_executions",
-      help: "Automation executions currently stored, by state.",
+      help: "Automation executions in the store, by state (PENDING, RUNNING, SUCCEEDED, FAILED).",
       labelNames: ["state"],
       registers,
       collect() {
@@ -92,11 +85,6 @@ export class Metrics {
   /** One inbound webhook request answered: `reason` is the pipeline's verdict code (`accepted`, `bad_signature`, ...). */
   recordWebhookVerdict(reason: string, status: number): void {
     this.webhookVerdicts.inc({ reason, status: String(status) });
-  }
-
-  /** An execution reached `state` (`PENDING`, `RUNNING`, `SUCCEEDED`, `FAILED`). */
-  recordExecutionState(state: string): void {
-    this.executions.inc({ state });
   }
 
   /** Where scrapes read the stored executions per state (e.g. a COUNT ... GROUP BY state query). */

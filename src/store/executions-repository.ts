@@ -97,6 +97,8 @@ export class ExecutionsRepository {
   private readonly pageByAutomation;
   private readonly pageByState;
   private readonly pageByAutomationAndState;
+  private readonly countByStateStmt;
+  private readonly countUnfinishedStmt;
 
   constructor(db: Database) {
     this.insertStmt = db.prepare<{
@@ -142,6 +144,24 @@ export class ExecutionsRepository {
     this.pageByAutomationAndState = db.prepare<[string, string, string, number], ExecutionRow>(
       "SELECT * FROM automation_executions WHERE automation_id = ? AND state = ? AND id > ? ORDER BY id LIMIT ?",
     );
+    this.countByStateStmt = db.prepare<[], { state: ExecutionState; count: number }>(
+      "SELECT state, COUNT(*) AS count FROM automation_executions GROUP BY state",
+    );
+    this.countUnfinishedStmt = db.prepare<[], { count: number }>(
+      "SELECT COUNT(*) AS count FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')",
+    );
+  }
+
+  /** How many executions are in each state (for /metrics; a scan of the (state, id) index). */
+  countByState(): Record<ExecutionState, number> {
+    const counts: Record<ExecutionState, number> = { PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 };
+    for (const row of this.countByStateStmt.all()) counts[row.state] = row.count;
+    return counts;
+  }
+
+  /** Executions accepted but not finished: the worker's queue (the partial index keeps it cheap). */
+  countUnfinished(): number {
+    return this.countUnfinishedStmt.get()?.count ?? 0;
   }
 
   /**

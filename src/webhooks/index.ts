@@ -13,7 +13,7 @@ import { WebhookPipeline } from "./pipeline.js";
 import { SecretCipher } from "./secret-cipher.js";
 import { WebhookSecretStore } from "./secret-store.js";
 import { SourceIpResolver } from "./source-ip.js";
-import { webhookRoute } from "./webhook-route.js";
+import { type VerdictObserver, webhookRoute } from "./webhook-route.js";
 
 export { defaultRotationGraceMs, WebhookSecretStore } from "./secret-store.js";
 export { resolveDataKey } from "./data-key.js";
@@ -38,6 +38,8 @@ export interface WebhooksOptions {
   /** Wakes the execution worker after a commit. */
   wakeWorker: () => void;
   jwks?: Partial<JwksCacheOptions>;
+  /** Told every request's verdict reason and status (the /metrics counter). */
+  onVerdict?: VerdictObserver;
 }
 
 export interface Webhooks {
@@ -62,7 +64,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     accept: (event) => acceptance.accept(event),
   });
   return {
-    route: webhookRoute(pipeline, new DeliveryLog(store.webhooks.deliveries), options.log),
+    route: webhookRoute(pipeline, new DeliveryLog(store.webhooks.deliveries), options.log, options.onVerdict),
     hooks: webhookTriggerHooks({
       secrets,
       deliveries: store.webhooks.deliveries,

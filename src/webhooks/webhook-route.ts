@@ -9,12 +9,20 @@ import { webhookPathPrefix } from "./endpoint-url.js";
 import type { WebhookPipeline } from "./pipeline.js";
 import { Rejection } from "./rejection.js";
 
+/** Told each request's verdict: a stable reason (`accepted`, `signature_mismatch`, ...) and the status. */
+export type VerdictObserver = (reason: string, status: number) => void;
+
 /**
  * `POST /api/v1/webhooks/incoming/{listener_id}`: runs the pipeline on the raw request, answers
  * its verdict (Connect's JSON error shape for every refusal) and logs the delivery. Not behind
  * bearer auth: each listener authenticates its own requests.
  */
-export function webhookRoute(pipeline: WebhookPipeline, deliveries: DeliveryLog, log: Logger): RawRoute {
+export function webhookRoute(
+  pipeline: WebhookPipeline,
+  deliveries: DeliveryLog,
+  log: Logger,
+  onVerdict: VerdictObserver = () => {},
+): RawRoute {
   return {
     path: webhookPathPrefix,
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
@@ -34,6 +42,7 @@ export function webhookRoute(pipeline: WebhookPipeline, deliveries: DeliveryLog,
       const { verdict } = outcome;
       if (verdict instanceof Rejection) {
         deliveries.record(outcome.facts, { status: verdict.status, reason: verdict.reason, executionId: "" });
+        onVerdict(verdict.reason, verdict.status);
         log.info(
           { requestId: facts.requestId, status: verdict.status, reason: verdict.reason, eventId: outcome.facts.eventId, sourceIp: outcome.facts.sourceIp },
           "webhook refused",
@@ -44,6 +53,7 @@ export function webhookRoute(pipeline: WebhookPipeline, deliveries: DeliveryLog,
         return;
       }
       deliveries.record(outcome.facts, { status: 200, reason: "accepted", executionId: verdict.executionId });
+      onVerdict("accepted", 200);
       log.debug({ requestId: facts.requestId, eventId: verdict.eventId, executionId: verdict.executionId }, "webhook accepted");
       writeJson(res, 200, { eventId: verdict.eventId, executionId: verdict.executionId });
     },

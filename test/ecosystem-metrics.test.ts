@@ -1,0 +1,138 @@
+import { randomUUID } from "node:crypto";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Health } from "../gen/grpc/health/v1/health_pb.js";
+import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
+import { Metrics } from "../src/observability/metrics.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+let server: TestServer;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(() => server.close());
+
+/** The value of the sample `name{labels}` in a Prometheus text exposition; 0 when absent. */
+function sample(text: string, name: string, labels: Record<string, string> = {}): number {
+  for (const line of text.split("\n")) {
+    const match = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (match === null || match[1] !== name) continue;
+    const found = Object.fromEntries([...(match[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((m) => [m[1], m[2]]));
+    if (JSON.stringify(Object.entries(found).sort()) === JSON.stringify(Object.entries(labels).sort())) {
+      return Number(match[3]);
+    }
+  }
+  return 0;
+}
+
+async function scrape(): Promise<string> {
+  const res = await fetch(`${server.url}/metrics`); // no token: Prometheus scrapes bare
+  expect(res.status).toBe(200);
+  expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
+  return res.text();
+}
+
+describe("/metrics", () => {
+  it("counts API requests by protocol, operation and code, and times them", async () => {
+    const before = await scrape();
+    const create = "svc.api.app.v1.Apps.Create";
+    const get = "svc.api.app.v1.Apps.Get";
+
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "Metered" })).status).toBe(200);
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "Metered 2" })).status).toBe(200);
+    expect((await server.call("GET", `/api/v1/apps/${randomUUID()}`)).status).toBe(404);
+    expect((await fetch(`${server.url}/api/v1/apps/x`)).status).toBe(401); // no token
+    const grpc = createClient(Apps, createGrpcTransport({ baseUrl: server.url }));
+    await grpc.create({ displayName: "Over gRPC" }, { headers: server.headers });
+    const connect = createClient(Apps, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
+    await connect.create({ displayName: "Over Connect" }, { headers: server.headers });
+
+    const after = await scrape();
+    const delta = (labels: Record<string, string>): number =>
+      sample(after, "accessd_requests_total", labels) - sample(before, "accessd_requests_total", labels);
+    expect(delta({ protocol: "rest", operation: create, code: "ok" })).toBe(2);
+    expect(delta({ protocol: "rest", operation: get, code: "not_found" })).toBe(1);
+    expect(delta({ protocol: "rest", operation: get, code: "unauthenticated" })).toBe(1);
+    expect(delta({ protocol: "grpc", operation: create, code: "ok" })).toBe(1);
+    expect(delta({ protocol: "connect", operation: create, code: "ok" })).toBe(1);
+
+    const timed = (text: string): number =>
+      sample(text, "accessd_request_duration_seconds_count", { protocol: "rest", operation: create });
+    expect(timed(after) - timed(before)).toBe(2);
+    const bucket = (text: string): number =>
+      sample(text, "accessd_request_duration_seconds_bucket", { protocol: "rest", operation: create, le: "+Inf" });
+    expect(bucket(after) - bucket(before)).toBe(2);
+    expect(sample(after, "accessd_request_duration_seconds_sum", { protocol: "rest", operation: create })).toBeGreaterThan(0);
+  });
+
+  it("counts health checks and measures a streamed Watch until it ends", async () => {
+    const before = await scrape();
+    const health = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
+    await health.check({});
+    const abort = new AbortController();
+    const cancelled = (async () => {
+      for await (const _ of health.watch({}, { signal: abort.signal })) abort.abort(); // cancel after the first status
+    })();
+    await expect(cancelled).rejects.toThrow(/canceled|aborted/);
+    const after = await scrape();
+    const check = { protocol: "grpc", operation: "grpc.health.v1.Health.Check", code: "ok" };
+    expect(sample(after, "accessd_requests_total", check) - sample(before, "accessd_requests_total", check)).toBe(1);
+    await expect
+      .poll(async () => sample(await scrape(), "accessd_requests_total", { protocol: "grpc", operation: "grpc.health.v1.Health.Watch", code: "canceled" }))
+      .toBe(1);
+  });
+
+  it("counts webhook verdicts by reason and status", async () => {
+    const before = await scrape();
+    const res = await fetch(`${server.url}/api/v1/webhooks/incoming/no-such-listener`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(res.status).toBe(404);
+    const after = await scrape();
+    const labels = { reason: "listener_unknown", status: "404" };
+    expect(sample(after, "accessd_webhook_verdicts_total", labels) - sample(before, "accessd_webhook_verdicts_total", labels)).toBe(1);
+  });
+
+  it("reports executions by state and the queue depth from the store", async () => {
+    const text = await scrape();
+    for (const state of ["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]) {
+      expect(text).toContain(`accessd_automation_executions{state="${state}"} 0`);
+    }
+    expect(text).toContain("accessd_automation_queue_depth 0");
+  });
+
+  it("exposes event-loop lag and process metrics", async () => {
+    const text = await scrape();
+    expect(text).toMatch(/^nodejs_eventloop_lag_seconds \d/m);
+    expect(text).toMatch(/^nodejs_eventloop_lag_p99_seconds \d/m);
+    expect(text).toMatch(/^process_resident_memory_bytes \d/m);
+  });
+
+  it("answers 405 to anything but GET", async () => {
+    const res = await fetch(`${server.url}/metrics`, { method: "POST" });
+    expect(res.status).toBe(405);
+    expect(res.headers.get("allow")).toBe("GET");
+  });
+});
+
+describe("Metrics", () => {
+  it("reads gauges from the sources other modules register, at scrape time", async () => {
+    const metrics = new Metrics({ processMetrics: false });
+    let depth = 3;
+    metrics.observeQueueDepth(() => depth);
+    metrics.observeExecutionsByState(() => ({ PENDING: 2, RUNNING: 1, SUCCEEDED: 7, FAILED: 0 }));
+    metrics.recordWebhookVerdict("signature_mismatch", 401);
+    metrics.recordWebhookVerdict("signature_mismatch", 401);
+    let { body } = await metrics.exposition();
+    expect(sample(body, "accessd_automation_queue_depth")).toBe(3);
+    expect(sample(body, "accessd_automation_executions", { state: "SUCCEEDED" })).toBe(7);
+    expect(sample(body, "accessd_webhook_verdicts_total", { reason: "signature_mismatch", status: "401" })).toBe(2);
+    depth = 0;
+    ({ body } = await metrics.exposition());
+    expect(sample(body, "accessd_automation_queue_depth")).toBe(0);
+    expect(body).not.toContain("nodejs_eventloop_lag_seconds");
+  });
+});
