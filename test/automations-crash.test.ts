@@ -124,10 +124,11 @@ describe("crash safety", () => {
     const atCrash = Store.open(database);
     const interrupted = executionIds.map((id) => atCrash.executions.get(id)).filter((e) => e?.state === "RUNNING");
     const pending = executionIds.map((id) => atCrash.executions.get(id)).filter((e) => e?.state === "PENDING");
-    const interruptedSteps = interrupted.map((e) => atCrash.executions.steps(e?.id ?? "").length);
     atCrash.close();
+    // The worker always holds one execution while work is queued (it claims the next in the same
+    // tick it finishes one), so the kill left one RUNNING, usually part-way, and others PENDING.
+    // Resuming from a middle step deterministically is covered in automations.test.ts.
     expect(interrupted).toHaveLength(1);
-    expect(interruptedSteps[0]).toBeGreaterThan(0);
     expect(pending.length).toBeGreaterThan(0);
 
     const second = await serve(database);
