@@ -32,7 +32,8 @@ export class EventAcceptance {
     private readonly wake: () => void,
   ) {}
 
-  accept(event: EventToAccept): AcceptedEvent | Rejection {
+  /** `inTransaction` runs inside the same transaction once the execution exists (the delivery log). */
+  accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): AcceptedEvent | Rejection {
     const events = this.store.webhooks.events;
     const accepted = this.store.transaction(() => {
       if (events.has(event.listenerId, event.eventId)) return undefined;
@@ -42,6 +43,7 @@ export class EventAcceptance {
         eventId: event.eventId,
       });
       events.insert({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId });
+      inTransaction(executionId);
       return { executionId };
     });
     if (accepted === undefined) {

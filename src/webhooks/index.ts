@@ -61,10 +61,11 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     ipRestrictions: new IpRestrictions(),
     hmacKeys: (automationId) => secrets.validKeys(automationId),
     jwks: new JwksCache(options.jwks),
-    accept: (event) => acceptance.accept(event),
+    accept: (event, inTransaction) => acceptance.accept(event, inTransaction),
+    deliveries: new DeliveryLog(store.webhooks.deliveries),
   });
   return {
-    route: webhookRoute(pipeline, new DeliveryLog(store.webhooks.deliveries), options.log, options.onVerdict),
+    route: webhookRoute(pipeline, options.log, options.onVerdict),
     hooks: webhookTriggerHooks({
       secrets,
       deliveries: store.webhooks.deliveries,

@@ -2,6 +2,7 @@ import type { KeyObject } from "node:crypto";
 import type { WebhookListenerTarget } from "../automations/trigger-config.js";
 import type { Clock } from "../clock.js";
 import { checkActive } from "./activation.js";
+import type { DeliveryLog } from "./delivery-log.js";
 import { readCappedBody, type BodySource } from "./body-reader.js";
 import { webhookEndpointUrl } from "./endpoint-url.js";
 import type { AcceptedEvent, EventToAccept } from "./event-acceptance.js";
@@ -27,7 +28,8 @@ export interface WebhookPipelineDeps {
   /** The HMAC keys valid now for the automation's listener. */
   hmacKeys(automationId: string): readonly KeyObject[];
   jwks: JwksCache;
-  accept(event: EventToAccept): AcceptedEvent | Rejection;
+  accept(event: EventToAccept, inTransaction: (executionId: string) => void): AcceptedEvent | Rejection;
+  deliveries: DeliveryLog;
 }
 
 export interface InboundWebhook {
@@ -60,7 +62,11 @@ export interface WebhookOutcome {
   facts: DeliveryFacts;
 }
 
-/** The inbound pipeline of ARCHITECTURE "Inbound webhooks", stage by stage, in its binding order. */
+/**
+ * The inbound pipeline of ARCHITECTURE "Inbound webhooks", stage by stage, in its binding order.
+ * Every verdict is written to the delivery log: a refusal on its own, an acceptance inside the
+ * transaction that records the event and creates the execution.
+ */
 export class WebhookPipeline {
   constructor(private readonly deps: WebhookPipelineDeps) {}
 
@@ -75,6 +81,9 @@ export class WebhookPipeline {
       bodyConsumed: false,
     };
     const verdict = await this.stages(request, facts);
+    if (verdict instanceof Rejection) {
+      deps.deliveries.record(facts, { status: verdict.status, reason: verdict.reason, executionId: "" });
+    }
     return { verdict, facts };
   }
 
@@ -112,13 +121,16 @@ export class WebhookPipeline {
     const inactive = checkActive(target);
     if (inactive !== undefined) return inactive;
     // 9. record and enqueue, once
-    const accepted = deps.accept({
-      listenerId: target.trigger.listenerId,
-      automationId: target.automationId,
-      eventId,
-      trigger,
-      receivedAt: facts.receivedAt,
-    });
+    const accepted = deps.accept(
+      {
+        listenerId: target.trigger.listenerId,
+        automationId: target.automationId,
+        eventId,
+        trigger,
+        receivedAt: facts.receivedAt,
+      },
+      (executionId) => deps.deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
+    );
     if (accepted instanceof Rejection) return accepted;
     // 10. accepted
     return { eventId, executionId: accepted.executionId };

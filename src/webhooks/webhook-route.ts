@@ -4,7 +4,6 @@ import type { RawRoute } from "../server/http-server.js";
 import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
 import type { RequestFacts } from "../server/request-context.js";
 import type { BodySource } from "./body-reader.js";
-import type { DeliveryLog } from "./delivery-log.js";
 import { webhookPathPrefix } from "./endpoint-url.js";
 import type { WebhookPipeline } from "./pipeline.js";
 import { Rejection } from "./rejection.js";
@@ -14,12 +13,11 @@ export type VerdictObserver = (reason: string, status: number) => void;
 
 /**
  * `POST /api/v1/webhooks/incoming/{listener_id}`: runs the pipeline on the raw request, answers
- * its verdict (Connect's JSON error shape for every refusal) and logs the delivery. Not behind
+ * its verdict (Connect's JSON error shape for every refusal). Not behind
  * bearer auth: each listener authenticates its own requests.
  */
 export function webhookRoute(
   pipeline: WebhookPipeline,
-  deliveries: DeliveryLog,
   log: Logger,
   onVerdict: VerdictObserver = () => {},
 ): RawRoute {
@@ -41,7 +39,6 @@ export function webhookRoute(
       });
       const { verdict } = outcome;
       if (verdict instanceof Rejection) {
-        deliveries.record(outcome.facts, { status: verdict.status, reason: verdict.reason, executionId: "" });
         onVerdict(verdict.reason, verdict.status);
         log.info(
           { requestId: facts.requestId, status: verdict.status, reason: verdict.reason, eventId: outcome.facts.eventId, sourceIp: outcome.facts.sourceIp },
@@ -52,7 +49,6 @@ export function webhookRoute(
         writeJsonError(res, verdict.code, verdict.message, verdict.status, close ? { connection: "close" } : {});
         return;
       }
-      deliveries.record(outcome.facts, { status: 200, reason: "accepted", executionId: verdict.executionId });
       onVerdict("accepted", 200);
       log.debug({ requestId: facts.requestId, eventId: verdict.eventId, executionId: verdict.executionId }, "webhook accepted");
       writeJson(res, 200, { eventId: verdict.eventId, executionId: verdict.executionId });
