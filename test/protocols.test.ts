@@ -140,6 +140,22 @@ describe("one port, every protocol", () => {
     expect(error?.code).toBe(grpc.status.INVALID_ARGUMENT);
   });
 
+  it("answers sequential gRPC calls over one h2c connection without a Nagle delay (median well under 40 ms)", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const client = grpcJsClient();
+    await grpcJsAdd(client, appId, entitlementId, userId); // connect
+    const times: number[] = [];
+    for (let i = 0; i < 15; i++) {
+      const started = performance.now();
+      await grpcJsAdd(client, appId, entitlementId, userId);
+      times.push(performance.now() - started);
+    }
+    times.sort((a, b) => a - b);
+    expect(times[Math.floor(times.length / 2)]).toBeLessThan(20);
+  });
+
   const transports: [string, () => Transport][] = [
     ["gRPC over HTTP/2", () => createGrpcTransport({ baseUrl: server.url, interceptors: [withServerHeaders] })],
     [
