@@ -1,0 +1,400 @@
+/**
+ * API benchmarks (issue 2), against `accessd serve` in its own process over a SQLite file:
+ *
+ * 1. Latency of the first page of an app's entitlements versus a page 99,000 items deep into
+ *    100,000 (keyset pagination: the ratio should stay near 1).
+ * 2. Add-owner throughput on one server over REST (autocannon, HTTP/1.1), gRPC (a raw HTTP/2 loop
+ *    and @grpc/grpc-js, h2c) and Connect JSON (autocannon), with two floors for scale: /healthz
+ *    (HTTP stack only) and a Connect Add refused before the store (Connect stack without SQLite).
+ * 3. The server's peak RSS.
+ *
+ * Run with `npm run bench` (all benches) or `npx tsx bench/api.ts`.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { Agent, request as httpRequest } from "node:http";
+import { connect as http2Connect, constants as h2, type ClientHttp2Session } from "node:http2";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
+import autocannon from "autocannon";
+import {
+  AddAppEntitlementOwnerRequestSchema,
+  AddAppEntitlementOwnerResponseSchema,
+} from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
+import { newId } from "../src/store/ids.js";
+import { Store } from "../src/store/store.js";
+import { startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
+import { phaseSeconds, progress, report, round } from "./support/report.js";
+
+const entitlementCount = 100_000;
+const deepOffset = 99_000;
+const userCount = 30_000;
+const concurrency = 32;
+const latencySeconds = phaseSeconds(5);
+const throughputSeconds = phaseSeconds(8);
+
+interface Seeded {
+  listAppId: string;
+  ownersAppId: string;
+  /** One entitlement per load phase, so each starts with no owners. */
+  ownerEntitlements: string[];
+  userIds: string[];
+}
+
+/** Writes the data straight into the database file before the server starts (fast, one transaction each). */
+function seed(database: string, phases: number): Seeded {
+  const store = Store.open(database);
+  const now = Date.now();
+  const listAppId = newId();
+  const ownersAppId = newId();
+  const ownerEntitlements: string[] = [];
+  const userIds: string[] = [];
+  store.transaction(() => {
+    for (const id of [listAppId, ownersAppId]) {
+      store.apps.insert({ id, displayName: `Bench ${id}`, description: "", createdAt: now, updatedAt: now });
+    }
+    for (let i = 0; i < entitlementCount; i++) {
+      store.appEntitlements.insert({
+        id: newId(),
+        appId: listAppId,
+        displayName: `Entitlement ${i}`,
+        description: "benchmark entitlement",
+        slug: `entitlement-${i}`,
+        createdAt: now,
+        updatedAt: now,
+      });
+    }
+    for (let i = 0; i < phases; i++) {
+      const id = newId();
+      ownerEntitlements.push(id);
+      store.appEntitlements.insert({
+        id,
+        appId: ownersAppId,
+        displayName: `Owners ${i}`,
+        description: "",
+        slug: `owners-${i}`,
+        createdAt: now,
+        updatedAt: now,
+      });
+    }
+    for (let i = 0; i < userCount; i++) {
+      const id = newId();
+      userIds.push(id);
+      store.users.insert({
+        id,
+        displayName: `User ${i}`,
+        email: `user${i}@example.com`,
+        username: `user${i}`,
+        createdAt: now,
+        updatedAt: now,
+      });
+    }
+  });
+  store.close();
+  return { listAppId, ownersAppId, ownerEntitlements, userIds };
+}
+
+async function getJson(server: AccessdProcess, path: string): Promise<unknown> {
+  const res = await fetch(server.url + path, { headers: server.headers });
+  if (res.status !== 200) throw new Error(`GET ${path} answered ${res.status}: ${await res.text()}`);
+  return res.json();
+}
+
+/** Walks pages of 100 until `offset` items have gone by; returns the token that starts there. */
+async function tokenAt(server: AccessdProcess, appId: string, offset: number): Promise<{ token: string; ms: number }> {
+  const started = performance.now();
+  let token = "";
+  for (let seen = 0; seen < offset; seen += 100) {
+    const page = (await getJson(
+      server,
+      `/api/v1/apps/${appId}/entitlements?page_size=100&page_token=${encodeURIComponent(token)}`,
+    )) as { nextPageToken: string };
+    token = page.nextPageToken;
+  }
+  return { token, ms: performance.now() - started };
+}
+
+/** autocannon with our default concurrency; any failed request fails the bench unless `refusals` are expected. */
+async function cannon(options: autocannon.Options, refusals = false): Promise<autocannon.Result> {
+  const result = await autocannon({ ...options, connections: options.connections ?? concurrency });
+  const failed = (refusals ? 0 : result.non2xx) + result.errors;
+  if (failed > 0) {
+    throw new Error(`${options.url}: ${failed} failed requests (non-2xx ${result.non2xx}, errors ${result.errors})`);
+  }
+  return result;
+}
+
+/** One GET over a keep-alive connection, timed with performance.now() (autocannon rounds to whole ms). */
+function timedGet(agent: Agent, url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const req = httpRequest(url, { agent, headers }, (res) => {
+      res.resume();
+      res.on("end", () => (res.statusCode === 200 ? resolve(performance.now() - started) : reject(new Error(`GET ${url}: ${res.statusCode}`))));
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+}
+
+async function pageLatency(server: AccessdProcess, appId: string): Promise<void> {
+  progress(`walking to item ${deepOffset} of ${entitlementCount}...`);
+  const deep = await tokenAt(server, appId, deepOffset);
+  report({
+    name: "walk to item 99,000 (990 pages of 100)",
+    value: round(deep.ms / 990, 3),
+    unit: "ms/page",
+    note: `${round(deep.ms / 1000, 2)} s in all, one client, sequential`,
+  });
+  const base = `${server.url}/api/v1/apps/${appId}/entitlements`;
+  const urls = [base, `${base}?page_token=${encodeURIComponent(deep.token)}`] as const;
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  progress(`latency of the first page and of the page at item ${deepOffset}, interleaved (${latencySeconds}s, 1 connection)...`);
+  for (let i = 0; i < 200; i++) await timedGet(agent, urls[i % 2] ?? base, server.headers); // warm-up
+  const samples: [number[], number[]] = [[], []];
+  const end = performance.now() + latencySeconds * 1000;
+  for (let i = 0; performance.now() < end; i++) samples[i % 2]?.push(await timedGet(agent, urls[i % 2] ?? base, server.headers));
+  agent.destroy();
+  const stats = samples.map((xs) => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    return { mean: xs.reduce((a, b) => a + b, 0) / xs.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: xs.length };
+  });
+  const [first, deepPage] = stats as [(typeof stats)[number], (typeof stats)[number]];
+  for (const [label, st] of [["first page", first], [`page at item ${deepOffset.toLocaleString("en")}`, deepPage]] as const) {
+    report({
+      name: `${label} latency, 25 of ${entitlementCount.toLocaleString("en")} (mean)`,
+      value: round(st.mean, 3),
+      unit: "ms",
+      note: `p50 ${round(st.p50, 3)} ms, p99 ${round(st.p99, 3)} ms, ${st.n} requests, REST, 1 keep-alive connection`,
+    });
+  }
+  report({
+    name: "deep page / first page latency",
+    value: round(deepPage.mean / first.mean),
+    unit: "x",
+    note: `mean; p50 ratio ${round(deepPage.p50 / first.p50)}, p99 ratio ${round(deepPage.p99 / first.p99)}`,
+  });
+}
+
+/** Bodies cycle through the users, so most Adds insert a new owner row. */
+function cyclingBody(userIds: readonly string[], body: (userId: string) => object): (req: autocannon.Request) => autocannon.Request {
+  let i = 0;
+  return (req) => ({ ...req, body: JSON.stringify(body(userIds[i++ % userIds.length] ?? "")) });
+}
+
+function throughputFigure(name: string, rps: number, latencyMs: number, note: string): void {
+  report({ name, value: round(rps, 0), unit: "req/s", note: `${note}; mean latency ${round(latencyMs)} ms` });
+}
+
+async function restAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number) {
+  return cannon({
+    url: server.url,
+    duration: seconds,
+    requests: [
+      {
+        method: "POST",
+        path: `/api/v1/apps/${s.ownersAppId}/entitlements/${entitlementId}/owners`,
+        headers: { ...server.headers, "content-type": "application/json" },
+        setupRequest: cyclingBody(s.userIds, (userId) => ({ userId })),
+      },
+    ],
+  });
+}
+
+async function connectAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number, userIds = s.userIds) {
+  const refusals = userIds.every((id) => id === "");
+  return cannon({
+    url: server.url,
+    duration: seconds,
+    requests: [
+      {
+        method: "POST",
+        path: "/svc.api.app.v1.AppEntitlementOwners/Add",
+        headers: { ...server.headers, "content-type": "application/json" },
+        setupRequest: cyclingBody(userIds, (userId) => ({ appId: s.ownersAppId, entitlementId, userId })),
+      },
+    ],
+  }, refusals);
+}
+
+function grpcFrame(appId: string, entitlementId: string, userId: string): Buffer {
+  const message = toBinary(AddAppEntitlementOwnerRequestSchema, create(AddAppEntitlementOwnerRequestSchema, { appId, entitlementId, userId }));
+  const frame = Buffer.alloc(5 + message.length);
+  frame.writeUInt32BE(message.length, 1);
+  frame.set(message, 5);
+  return frame;
+}
+
+interface LoopResult {
+  rps: number;
+  meanMs: number;
+  failed: number;
+}
+
+/** Keeps `concurrency` calls in flight for `seconds`; `call` resolves true on success. */
+async function closedLoop(seconds: number, call: () => Promise<boolean>): Promise<LoopResult> {
+  const end = performance.now() + seconds * 1000;
+  let done = 0;
+  let failed = 0;
+  let latencyTotal = 0;
+  const worker = async () => {
+    while (performance.now() < end) {
+      const started = performance.now();
+      const ok = await call();
+      latencyTotal += performance.now() - started;
+      if (ok) done++;
+      else failed++;
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const elapsed = (performance.now() - started) / 1000;
+  return { rps: done / elapsed, meanMs: latencyTotal / Math.max(done + failed, 1), failed };
+}
+
+/** gRPC over one h2c session with hand-framed messages: the lightest client, like autocannon for HTTP/1.1. */
+async function h2GrpcAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number): Promise<LoopResult> {
+  const session: ClientHttp2Session = http2Connect(server.url);
+  let i = 0;
+  const call = () =>
+    new Promise<boolean>((resolve) => {
+      const stream = session.request({
+        [h2.HTTP2_HEADER_METHOD]: "POST",
+        [h2.HTTP2_HEADER_PATH]: "/svc.api.app.v1.AppEntitlementOwners/Add",
+        "content-type": "application/grpc+proto",
+        te: "trailers",
+        ...server.headers,
+      });
+      let status: string | undefined;
+      stream.on("trailers", (trailers) => {
+        const value = trailers["grpc-status"];
+        status = Array.isArray(value) ? value[0] : value;
+      });
+      stream.on("response", (headers) => {
+        const value = headers["grpc-status"]; // trailers-only responses
+        if (value !== undefined) status = Array.isArray(value) ? value[0] : value;
+      });
+      stream.on("data", () => {});
+      stream.on("close", () => resolve(status === "0"));
+      stream.on("error", () => resolve(false));
+      stream.end(grpcFrame(s.ownersAppId, entitlementId, s.userIds[i++ % s.userIds.length] ?? ""));
+    });
+  try {
+    return await closedLoop(seconds, call);
+  } finally {
+    session.close();
+  }
+}
+
+/** gRPC through @grpc/grpc-js (one channel), the client most internal services would use. */
+async function grpcJsAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number): Promise<LoopResult> {
+  const client = new grpc.Client(`${server.host}:${server.port}`, grpc.credentials.createInsecure());
+  const metadata = new grpc.Metadata();
+  for (const [name, value] of Object.entries(server.headers)) metadata.set(name, value);
+  let i = 0;
+  const call = () =>
+    new Promise<boolean>((resolve) => {
+      const request = create(AddAppEntitlementOwnerRequestSchema, {
+        appId: s.ownersAppId,
+        entitlementId,
+        userId: s.userIds[i++ % s.userIds.length] ?? "",
+      });
+      client.makeUnaryRequest(
+        "/svc.api.app.v1.AppEntitlementOwners/Add",
+        (m: typeof request) => Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
+        (b: Buffer) => fromBinary(AddAppEntitlementOwnerResponseSchema, b),
+        request,
+        metadata,
+        {},
+        (err) => resolve(err === null),
+      );
+    });
+  try {
+    return await closedLoop(seconds, call);
+  } finally {
+    client.close();
+  }
+}
+
+async function addOwnerThroughput(server: AccessdProcess, s: Seeded): Promise<void> {
+  const [restE, h2E, grpcJsE, connectE, warmE] = s.ownerEntitlements as [string, string, string, string, string];
+  progress("warming up...");
+  await restAdd(server, s, warmE, 1);
+  await h2GrpcAdd(server, s, warmE, 1);
+  await connectAdd(server, s, warmE, 1);
+
+  const rows: { name: string; rps: number }[] = [];
+  progress(`REST Add owner (${throughputSeconds}s, ${concurrency} connections)...`);
+  const rest = await restAdd(server, s, restE, throughputSeconds);
+  throughputFigure("Add owner, REST (HTTP/1.1, autocannon)", rest.requests.average, rest.latency.mean, `${concurrency} connections`);
+  rows.push({ name: "REST", rps: rest.requests.average });
+
+  progress(`gRPC Add owner, raw h2 loop (${throughputSeconds}s, ${concurrency} streams)...`);
+  const h2r = await h2GrpcAdd(server, s, h2E, throughputSeconds);
+  if (h2r.failed > 0) throw new Error(`gRPC h2 loop: ${h2r.failed} failed calls`);
+  throughputFigure("Add owner, gRPC (h2c, raw HTTP/2 loop)", h2r.rps, h2r.meanMs, `${concurrency} concurrent streams, one session`);
+  rows.push({ name: "gRPC h2", rps: h2r.rps });
+
+  progress(`gRPC Add owner, @grpc/grpc-js (${throughputSeconds}s, ${concurrency} in flight)...`);
+  const gjs = await grpcJsAdd(server, s, grpcJsE, throughputSeconds);
+  if (gjs.failed > 0) throw new Error(`grpc-js loop: ${gjs.failed} failed calls`);
+  throughputFigure("Add owner, gRPC (h2c, @grpc/grpc-js)", gjs.rps, gjs.meanMs, `${concurrency} calls in flight, one channel`);
+
+  progress(`Connect JSON Add owner (${throughputSeconds}s)...`);
+  const connect = await connectAdd(server, s, connectE, throughputSeconds);
+  throughputFigure("Add owner, Connect JSON (HTTP/1.1, autocannon)", connect.requests.average, connect.latency.mean, `${concurrency} connections`);
+
+  report({
+    name: "gRPC (raw h2) / REST Add-owner throughput",
+    value: round(h2r.rps / rest.requests.average),
+    unit: "x",
+    note: `grpc-js / REST ${round(gjs.rps / rest.requests.average)}x; Connect / REST ${round(connect.requests.average / rest.requests.average)}x`,
+  });
+
+  progress("floors: /healthz and a Connect Add refused before the store...");
+  const health = await cannon({ url: `${server.url}/healthz`, duration: throughputSeconds });
+  throughputFigure("floor: GET /healthz (no Connect, no store)", health.requests.average, health.latency.mean, `${concurrency} connections`);
+  const refused = await connectAdd(server, s, connectE, throughputSeconds, [""]);
+  if (refused["4xx"] === 0) throw new Error("the refused Add was not refused");
+  throughputFigure(
+    "floor: Connect Add refused with 400 (Connect stack, no store)",
+    refused.requests.average,
+    refused.latency.mean,
+    `${concurrency} connections; the store's share of an Add is the gap to the Connect row`,
+  );
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "accessd-bench-"));
+  const database = join(dir, "bench.db");
+  let server: AccessdProcess | undefined;
+  try {
+    progress(`seeding ${entitlementCount} entitlements and ${userCount} users...`);
+    const seedStarted = performance.now();
+    const seeded = seed(database, 5);
+    progress(`seeded in ${round((performance.now() - seedStarted) / 1000, 1)} s`);
+    server = await startAccessdProcess(database);
+    const startRss = server.rssMiB();
+    await pageLatency(server, seeded.listAppId);
+    await addOwnerThroughput(server, seeded);
+    const rss = server.peakRssMiB();
+    if (rss !== undefined) {
+      report({
+        name: "server peak RSS",
+        value: round(rss, 0),
+        unit: "MiB",
+        note: `VmHWM of the accessd process over all phases; ${round(startRss ?? 0, 0)} MiB just after start`,
+      });
+    }
+  } finally {
+    await server?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,109 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+const tsxLoader = pathToFileURL(`${repoRoot}node_modules/tsx/dist/loader.mjs`).href;
+
+/** Bootstrap credentials the benchmark server is started with (used once auth exists). */
+const bootstrap = { clientId: "bench", clientSecret: "bench-secret-0123456789abcdef" };
+
+export interface AccessdProcess {
+  url: string;
+  host: string;
+  port: number;
+  pid: number;
+  /** Headers every API call carries: a bearer token once auth exists, none before. */
+  headers: Record<string, string>;
+  /** The server's peak resident set size so far (VmHWM), in MiB; undefined off Linux. */
+  peakRssMiB(): number | undefined;
+  /** The server's resident set size now (VmRSS), in MiB; undefined off Linux. */
+  rssMiB(): number | undefined;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const probe = createServer();
+  probe.listen(0, "127.0.0.1");
+  await once(probe, "listening");
+  const address = probe.address();
+  probe.close();
+  if (address === null || typeof address === "string") throw new Error("no port");
+  return address.port;
+}
+
+/**
+ * Runs `accessd serve` as a separate process over `database`, as an operator would, so that the
+ * load generator in this process does not share its event loop. Logs go to /dev/null at the
+ * level given (info by default, as shipped).
+ */
+export async function startAccessdProcess(database: string, logLevel = "info"): Promise<AccessdProcess> {
+  const port = await freePort();
+  const child: ChildProcess = spawn(process.execPath, ["--import", tsxLoader, `${repoRoot}src/cli/main.ts`, "serve"], {
+    cwd: repoRoot,
+    env: {
+      ...process.env,
+      ACCESSD_PORT: String(port),
+      ACCESSD_DATABASE: database,
+      ACCESSD_LOG_LEVEL: logLevel,
+      ACCESSD_BOOTSTRAP_CLIENT_ID: bootstrap.clientId,
+      ACCESSD_BOOTSTRAP_CLIENT_SECRET: bootstrap.clientSecret,
+    },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`accessd exited with ${child.exitCode}`);
+    const up = await fetch(`${url}/readyz`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (up) break;
+    if (Date.now() > deadline) throw new Error("accessd did not become ready");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const pid = child.pid ?? 0;
+  return {
+    url,
+    host: "127.0.0.1",
+    port,
+    pid,
+    headers: await authHeaders(url),
+    peakRssMiB: () => procStatusMiB(pid, "VmHWM"),
+    rssMiB: () => procStatusMiB(pid, "VmRSS"),
+    async stop() {
+      if (child.exitCode !== null) return;
+      child.kill("SIGTERM");
+      await once(child, "exit");
+    },
+  };
+}
+
+function procStatusMiB(pid: number, field: "VmHWM" | "VmRSS"): number | undefined {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const kb = new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1];
+    return kb === undefined ? undefined : Number(kb) / 1024;
+  } catch {
+    return undefined;
+  }
+}
+
+async function authHeaders(url: string): Promise<Record<string, string>> {
+  const res = await fetch(`${url}/auth/v1/token`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({
+      grant_type: "client_credentials",
+      client_id: bootstrap.clientId,
+      client_secret: bootstrap.clientSecret,
+    }).toString(),
+  });
+  if (res.status === 404) return {}; // no auth in this build
+  if (res.status !== 200) throw new Error(`token request answered ${res.status}: ${await res.text()}`);
+  const token = (await res.json()) as { access_token: string };
+  return { authorization: `Bearer ${token.access_token}` };
+}
