@@ -1,3 +1,4 @@
+import { connect as http2Connect } from "node:http2";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
@@ -202,6 +203,38 @@ describe("one port, every protocol", () => {
       expect(error?.code).toBe(Code.NotFound);
     });
   }
+
+  it("serves REST over h2c (prior knowledge) on the same port", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const session = http2Connect(server.url);
+    try {
+      const rest = (method: string, path: string, body?: string) =>
+        new Promise<{ status: number; text: string }>((resolve, reject) => {
+          const stream = session.request({
+            ":method": method,
+            ":path": path,
+            ...server.headers,
+            ...(body === undefined ? {} : { "content-type": "application/json" }),
+          });
+          let status = 0;
+          let text = "";
+          stream.on("response", (h) => (status = Number(h[":status"])));
+          stream.on("data", (c: Buffer) => (text += c.toString()));
+          stream.on("end", () => resolve({ status, text }));
+          stream.on("error", reject);
+          stream.end(body);
+        });
+      expect(await rest("POST", ownersPath(appId, entitlementId), JSON.stringify({ userId }))).toEqual({ status: 200, text: "{}" });
+      const listed = await rest("GET", ownersPath(appId, entitlementId));
+      expect(listed.status).toBe(200);
+      expect((JSON.parse(listed.text) as { list: { id: string }[] }).list.map((u) => u.id)).toEqual([userId]);
+      expect((await rest("GET", "/api/v1/nope")).status).toBe(404);
+    } finally {
+      session.close();
+    }
+  });
 
   it("answers /healthz and /readyz with 200 over HTTP/1.1", async () => {
     const health = await fetch(`${server.url}/healthz`);
