@@ -23,6 +23,8 @@ const self = basename(fileURLToPath(import.meta.url));
 interface BenchRun {
   bench: string;
   figures: BenchFigure[];
+  /** The last line a bench printed, recorded when it reported no figure (a bench not yet using report()). */
+  lastLine: string;
   exitCode: number | null;
   seconds: number;
 }
@@ -45,7 +47,9 @@ function runOne(file: string): Promise<BenchRun> {
     stdio: ["ignore", "pipe", "inherit"],
   });
   const figures: BenchFigure[] = [];
+  let lastLine = "";
   createInterface({ input: child.stdout }).on("line", (line) => {
+    if (line.trim() !== "") lastLine = line.trim();
     if (line.startsWith(figurePrefix)) {
       const figure = JSON.parse(line.slice(figurePrefix.length)) as BenchFigure;
       figures.push(figure);
@@ -55,7 +59,7 @@ function runOne(file: string): Promise<BenchRun> {
     }
   });
   return new Promise((resolve) => {
-    child.on("close", (code) => resolve({ bench, figures, exitCode: code, seconds: (performance.now() - started) / 1000 }));
+    child.on("close", (code) => resolve({ bench, figures, lastLine, exitCode: code, seconds: (performance.now() - started) / 1000 }));
   });
 }
 
@@ -84,6 +88,9 @@ function markdown(runs: readonly BenchRun[], startedAt: Date): string {
   for (const run of runs) {
     for (const f of run.figures) {
       lines.push(`| ${run.bench} | ${cell(f.name)} | ${f.value} | ${cell(f.unit)} | ${cell(f.note ?? "")} |`);
+    }
+    if (run.figures.length === 0 && run.exitCode === 0) {
+      lines.push(`| ${run.bench} | (no BENCH figure; its last line) | | | ${cell(run.lastLine)} |`);
     }
     if (run.exitCode !== 0) lines.push(`| ${run.bench} | FAILED (exit code ${String(run.exitCode)}) | | | see the run's output |`);
   }
