@@ -4,10 +4,12 @@ import type { AddressInfo, Socket } from "node:net";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
+import { answerClientError } from "./client-error.js";
 import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
 import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
+import { enforceRequestDeadline } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
 
 /** A route served outside Connect, on the raw request (webhooks, the token endpoint). */
@@ -36,6 +38,8 @@ export interface HttpServerOptions {
 export class HttpServer {
   private readonly server: ReturnType<typeof httpolyglot.createServer>;
   private readonly connections: ConnectionTracker;
+  /** The response in progress on each HTTP/1.1 socket, so a parse error never writes over it. */
+  private readonly responses = new WeakMap<Socket, NodeResponse>();
 
   constructor(private readonly options: HttpServerOptions) {
     this.server = httpolyglot.createServer(
@@ -54,6 +58,9 @@ export class HttpServer {
     // one by one; with Nagle's algorithm on, the last small frame waits for the client's delayed
     // ACK, 40 ms per gRPC call. HTTP/1.1 sets this itself; do it for every connection.
     this.server.on("connection", (socket: Socket) => socket.setNoDelay(true));
+    this.server.on("clientError", (error: Error, socket: Socket) => {
+      answerClientError(error, socket, this.responses.get(socket)?.headersSent === true);
+    });
   }
 
   get shuttingDown(): boolean {
@@ -75,6 +82,8 @@ export class HttpServer {
 
   private dispatch(req: NodeRequest, res: NodeResponse): void {
     this.connections.track(req, res);
+    if (req.httpVersionMajor === 1) this.trackResponse(req.socket as Socket, res);
+    enforceRequestDeadline(req, res, this.options.requestTimeoutMs);
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");
     const path = queryStart === -1 ? url : url.slice(0, queryStart);
@@ -89,6 +98,13 @@ export class HttpServer {
     this.route(req, res, path, facts).catch((e: unknown) => {
       this.options.log.error({ err: e, requestId, path }, "request failed");
       writeJsonError(res, Code.Internal, "internal error");
+    });
+  }
+
+  private trackResponse(socket: Socket, res: NodeResponse): void {
+    this.responses.set(socket, res);
+    res.once("close", () => {
+      if (this.responses.get(socket) === res) this.responses.delete(socket);
     });
   }
 
