@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { Store } from "../src/store/store.js";
-import { listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import type { CliProcess } from "./support/spawn-cli.js";
+import { serveProcess, until, type ServedProcess } from "./support/served-process.js";
 
 const running: CliProcess[] = [];
 const dirs: string[] = [];
@@ -12,41 +13,13 @@ afterAll(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-const bootstrap = { ACCESSD_BOOTSTRAP_CLIENT_ID: "crash-test", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "crash-test-secret-0123456789" };
 const stepDelayMs = 100;
 const executions = 8;
 
-async function serve(database: string) {
-  const cli = spawnCli(["serve"], {
-    ACCESSD_PORT: "0",
-    ACCESSD_DATABASE: database,
-    ACCESSD_TEST_STEP_DELAY_MS: String(stepDelayMs),
-    ...bootstrap,
-  });
-  running.push(cli);
-  const url = `http://127.0.0.1:${await listeningPort(cli)}`;
-  const token = await fetch(`${url}/auth/v1/token`, {
-    method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams({
-      grant_type: "client_credentials",
-      client_id: bootstrap.ACCESSD_BOOTSTRAP_CLIENT_ID,
-      client_secret: bootstrap.ACCESSD_BOOTSTRAP_CLIENT_SECRET,
-    }),
-  });
-  expect(token.status).toBe(200);
-  const authorization = `Bearer ${((await token.json()) as { access_token: string }).access_token}`;
-  const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-    const res = await fetch(url + path, {
-      method,
-      headers: { authorization, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await res.text();
-    if (res.status !== 200) throw new Error(`${method} ${path}: ${res.status} ${text}`);
-    return JSON.parse(text) as T;
-  };
-  return { cli, call };
+async function serve(database: string): Promise<ServedProcess> {
+  const served = await serveProcess({ ACCESSD_DATABASE: database, ACCESSD_TEST_STEP_DELAY_MS: String(stepDelayMs) });
+  running.push(served.cli);
+  return served;
 }
 
 interface ExecutionJson {
@@ -65,14 +38,6 @@ function logLines(cli: CliProcess): string[] {
       const entry = JSON.parse(line) as { executionId: string; step: string };
       return `${entry.executionId}/${entry.step}`;
     });
-}
-
-async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 describe("crash safety", () => {
