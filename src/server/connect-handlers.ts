@@ -7,6 +7,7 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import type { Logger } from "../logger.js";
+import { asApiRefusal } from "./connect-refusals.js";
 import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
@@ -56,7 +57,7 @@ export class ConnectHandlers {
       createContextValues().set(requestFactsKey, facts),
     );
     try {
-      const uRes = await handler(uReq);
+      const uRes = await asApiRefusal(await handler(uReq), path);
       await universalResponseToNodeResponse(uRes, res);
     } catch (e) {
       if (ConnectError.from(e).code === Code.Aborted) return; // the client went away

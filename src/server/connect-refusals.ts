@@ -1,0 +1,61 @@
+import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { Code } from "@connectrpc/connect";
+import { codeName } from "./json-error.js";
+
+/**
+ * connect-es's messages, with code `internal`, for a request body that is not valid protobuf
+ * binary or does not decompress: the client's mistake, not the server's.
+ */
+const malformedRequestBody = /^(parse binary: |decompression failed)/;
+
+/**
+ * Brings the Connect handlers' refusals of malformed requests in line with the rest of the API:
+ * connect-es answers an undecodable binary or compressed body with 500 `internal`, and an
+ * unsupported Content-Type (415) or HTTP method (405) with an empty body. Those become 400
+ * `invalid_argument`, and 415/405 with Connect's JSON error shape. Anything else passes as is.
+ */
+export async function asApiRefusal(res: UniversalServerResponse, procedure: string): Promise<UniversalServerResponse> {
+  if (res.body === undefined && res.status === 415) {
+    return jsonError(res, 415, Code.InvalidArgument, `${procedure} takes application/json or application/proto (Connect, gRPC, gRPC-Web)`);
+  }
+  if (res.body === undefined && res.status === 405) {
+    return jsonError(res, 405, Code.Unimplemented, `${procedure} does not accept this HTTP method; use POST`);
+  }
+  const unaryJsonError =
+    res.status === 500 &&
+    res.body !== undefined &&
+    res.header?.get("content-type") === "application/json" &&
+    !res.header.has("content-encoding");
+  if (!unaryJsonError || res.body === undefined) return res;
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of res.body) chunks.push(chunk);
+  const bytes = Buffer.concat(chunks);
+  const error = parseError(bytes);
+  if (error?.code === codeName(Code.Internal) && malformedRequestBody.test(error.message)) {
+    return jsonError(res, 400, Code.InvalidArgument, error.message);
+  }
+  return { ...res, body: once(bytes) };
+}
+
+function jsonError(res: UniversalServerResponse, status: number, code: Code, message: string): UniversalServerResponse {
+  const body = Buffer.from(JSON.stringify({ code: codeName(code), message }));
+  const header = new Headers(res.header);
+  header.set("content-type", "application/json");
+  header.set("content-length", String(body.byteLength));
+  return { status, header, body: once(body) };
+}
+
+function parseError(bytes: Uint8Array): { code: string; message: string } | undefined {
+  try {
+    const value = JSON.parse(Buffer.from(bytes).toString("utf8")) as { code?: unknown; message?: unknown };
+    return typeof value.code === "string" && typeof value.message === "string"
+      ? { code: value.code, message: value.message }
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
+  yield bytes;
+}
