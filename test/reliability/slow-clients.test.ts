@@ -1,0 +1,94 @@
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rawRequest } from "../support/raw-http.js";
+import { startTestServer, type TestServer } from "../support/test-server.js";
+import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomation } from "../support/webhook-fixtures.js";
+
+const requestTimeoutMs = 1_000;
+/** How late past the timeout a cut may come (timers on a busy 2-core machine). */
+const slackMs = 1_500;
+
+describe("slow clients", () => {
+  let server: TestServer;
+  let hook: WebhookAutomation;
+
+  beforeAll(async () => {
+    server = await startTestServer({ requestTimeoutMs });
+    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+  });
+  afterAll(() => server.close());
+
+  /** Signed headers and a Content-Length promising more body than will ever come. */
+  function slowHead(): string {
+    const body = '{"slow":true}';
+    const lines = Object.entries(hmacHeaders(hook, body)).map(([k, v]) => `${k}: ${v}\r\n`).join("");
+    return `POST ${new URL(hook.postUrl).pathname} HTTP/1.1\r\nHost: 127.0.0.1\r\n${lines}Content-Length: 10000\r\n\r\n`;
+  }
+
+  it("cuts connections that stall or trickle the body after the request timeout, while other senders keep being answered", async () => {
+    const stalled = Array.from({ length: 15 }, () => rawRequest(server.address.port, [slowHead(), '{"slo'], { timeoutMs: 10_000 }));
+    const trickled = Array.from({ length: 15 }, () =>
+      rawRequest(server.address.port, [slowHead(), ...'{"slow":true,"padding":"'.split(""), ..."x".repeat(200).split("")], { gapMs: 100, timeoutMs: 10_000 }),
+    );
+    const slow = Promise.all([...stalled, ...trickled]);
+
+    // Meanwhile four senders post valid webhooks back to back for longer than the timeout.
+    const latencies: number[] = [];
+    const statuses: number[] = [];
+    const sendUntil = Date.now() + requestTimeoutMs + 1_000;
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (Date.now() < sendUntil) {
+          const body = JSON.stringify({ at: Date.now() });
+          const started = performance.now();
+          const answer = await postWebhook(hook.postUrl, hmacHeaders(hook, body), body);
+          latencies.push(performance.now() - started);
+          statuses.push(answer.status);
+        }
+      }),
+    );
+
+    const answers = await slow;
+    for (const answer of answers) {
+      expect(answer?.status).toBe(408);
+      expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({
+        code: "deadline_exceeded",
+        message: `the request body did not arrive within ${requestTimeoutMs} ms`,
+      });
+      expect(answer?.headers.connection).toBe("close");
+      expect(answer?.ms).toBeGreaterThanOrEqual(requestTimeoutMs - 50);
+      expect(answer?.ms).toBeLessThan(requestTimeoutMs + slackMs);
+    }
+    expect(statuses.length).toBeGreaterThan(40);
+    expect(statuses.every((s) => s === 200)).toBe(true);
+    latencies.sort((a, b) => a - b);
+    expect(latencies[Math.floor(latencies.length * 0.99)]).toBeLessThan(250);
+  });
+
+  it("cuts an HTTP/2 stream whose body stalls with 408, and the session keeps serving", async () => {
+    const client = http2Connect(server.url);
+    try {
+      const body = '{"slow":true}';
+      const stream = client.request({
+        ":method": "POST",
+        ":path": new URL(hook.postUrl).pathname,
+        ...Object.fromEntries(Object.entries(hmacHeaders(hook, body)).map(([k, v]) => [k.toLowerCase(), v])),
+        "content-length": "10000",
+      });
+      stream.write('{"slo');
+      const started = Date.now();
+      const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
+      expect(headers[":status"]).toBe(408);
+      expect(Date.now() - started).toBeLessThan(requestTimeoutMs + slackMs);
+      stream.destroy();
+
+      const health = client.request({ ":path": "/healthz" });
+      const [answer] = (await once(health, "response")) as [Record<string, string | number>];
+      expect(answer[":status"]).toBe(200);
+      health.destroy();
+    } finally {
+      client.close();
+    }
+  });
+});
