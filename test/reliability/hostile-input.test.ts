@@ -283,7 +283,7 @@ describe("hostile input", () => {
       },
       // The token endpoint: garbage credentials and parameters, RFC 6749 errors back.
       () => {
-        const params: Record<string, string> = pick([
+        const params = pick<Record<string, string>>([
           { grant_type: "client_credentials", client_id: garbage(), client_secret: garbage() },
           { grant_type: "password", client_id: "x", client_secret: "y" },
           { grant_type: garbage() },
