@@ -6,7 +6,8 @@
  * other so they do not compete for the CPU, and reports its figures as `BENCH {json}` lines on
  * stdout (see bench/support/report.ts); everything else it prints is shown as progress.
  *
- * `npm run bench -- api webhooks` runs only those. BENCH_DURATION=<seconds> shortens each load
+ * `npm run bench -- api webhooks` runs only those and prints their table (RESULTS.md records full
+ * runs only). BENCH_DURATION=<seconds> shortens each load
  * phase (for a quick check; keep the default for figures worth quoting).
  */
 import { spawn } from "node:child_process";
@@ -98,16 +99,23 @@ function markdown(runs: readonly BenchRun[], startedAt: Date): string {
 }
 
 async function main(): Promise<void> {
-  const files = benchFiles(process.argv.slice(2));
+  const only = process.argv.slice(2);
+  const files = benchFiles(only);
   const startedAt = new Date();
   const runs: BenchRun[] = [];
   for (const file of files) {
     console.log(`\n== ${file}`);
     runs.push(await runOne(file));
   }
-  const results = join(benchDir, "RESULTS.md");
-  writeFileSync(results, markdown(runs, startedAt));
-  console.log(`\nwrote ${results}`);
+  const table = markdown(runs, startedAt);
+  if (only.length === 0) {
+    const results = join(benchDir, "RESULTS.md");
+    writeFileSync(results, table);
+    console.log(`\nwrote ${results}`);
+  } else {
+    // A partial run prints its table and leaves RESULTS.md (the record of a full run) alone.
+    console.log(`\n${table}`);
+  }
   if (runs.some((r) => r.exitCode !== 0)) process.exitCode = 1;
 }
 
