@@ -62,8 +62,8 @@ describe("slow clients", () => {
     }
     expect(statuses.length).toBeGreaterThan(40);
     expect(statuses.every((s) => s === 200)).toBe(true);
-    latencies.sort((a, b) => a - b);
-    expect(latencies[Math.floor(latencies.length * 0.99)]).toBeLessThan(250);
+    // A sender held up behind a slow one would wait for its cut (about requestTimeoutMs): none did.
+    expect(Math.max(...latencies)).toBeLessThan(requestTimeoutMs / 2);
   });
 
   it("cuts an HTTP/2 stream whose body stalls with 408, and the session keeps serving", async () => {
