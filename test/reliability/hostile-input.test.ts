@@ -343,15 +343,20 @@ describe("hostile input", () => {
 
   it("answers thousands of malformed requests with a 4xx JSON error, never a 5xx, and its memory returns to its level", async () => {
     const gc = exposedGc();
+    /** The lowest of three settled samples, so garbage still on its way out does not count as growth. */
     const measure = async () => {
-      // Let closing sockets release their buffers, then collect twice (weak callbacks free external memory).
-      await new Promise((r) => setTimeout(r, 300));
-      gc?.();
-      await new Promise((r) => setImmediate(r));
-      gc?.();
-      const usage = process.memoryUsage();
-      // Buffers (request bodies) live outside the V8 heap: count them too.
-      return gc === undefined ? usage.rss : usage.heapUsed + usage.external;
+      const samples: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        // Let closing sockets release their buffers, then collect twice (weak callbacks free external memory).
+        await new Promise((r) => setTimeout(r, 200));
+        gc?.();
+        await new Promise((r) => setImmediate(r));
+        gc?.();
+        const usage = process.memoryUsage();
+        // Buffers (request bodies) live outside the V8 heap: count them too.
+        samples.push(gc === undefined ? usage.rss : usage.heapUsed + usage.external);
+      }
+      return Math.min(...samples);
     };
     // Warm-up: caches, JIT and pools settle before the baseline.
     expect(await runAll(corpus(1, 1000), 16)).toEqual([]);
@@ -366,8 +371,8 @@ describe("hostile input", () => {
     const body = JSON.stringify({ still: "up" });
     expect((await postWebhook(hmac.postUrl, hmacHeaders(hmac, body), body)).status).toBe(200);
 
-    // 2,000 requests leaking even 5 KB each would add 10 MB.
-    const allowedGrowth = gc === undefined ? 64 * 1024 * 1024 : 8 * 1024 * 1024;
+    // Observed growth is about 1 MB; 2,000 requests leaking 2 KB each would add 4 MB.
+    const allowedGrowth = gc === undefined ? 64 * 1024 * 1024 : 4 * 1024 * 1024;
     expect(after - before, `${gc === undefined ? "rss" : "heapUsed + external"} ${before} -> ${after}`).toBeLessThan(allowedGrowth);
   }, 90_000);
 
