@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
+import type { Server as HttpServerBase } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
 import { Code } from "@connectrpc/connect";
@@ -45,8 +46,11 @@ export class HttpServer {
     this.server = httpolyglot.createServer(
       {
         http: {
-          requestTimeout: options.requestTimeoutMs,
+          // Bodies are timed by enforceRequestDeadline (HTTP/1.1 and HTTP/2 alike, with the JSON
+          // error shape); Node times the headers (slowloris), see startHeaderTimeouts.
+          requestTimeout: 0,
           headersTimeout: Math.min(options.requestTimeoutMs, 10_000),
+          connectionsCheckingInterval: 250,
           keepAliveTimeout: 5_000,
         },
       },
@@ -70,6 +74,7 @@ export class HttpServer {
   async listen(port: number, host: string): Promise<AddressInfo> {
     this.server.listen(port, host);
     await once(this.server, "listening");
+    startHeaderTimeouts(this.server);
     return this.server.address() as AddressInfo;
   }
 
@@ -127,4 +132,17 @@ export class HttpServer {
     if (path.startsWith("/api/")) return rest.handle(req, res, facts);
     writeJsonError(res, Code.NotFound, `no route for ${path}`);
   }
+}
+
+/**
+ * Node enforces `headersTimeout` (a client trickling its request headers) with a periodic check
+ * that an http.Server starts on its own 'listening' event. httpolyglot's inner HTTP/1.1 server
+ * never listens itself (it is handed sockets), so the check would never run: start it here. A
+ * connection whose headers are late gets a `clientError` (ERR_HTTP_REQUEST_TIMEOUT), answered
+ * 408 with the JSON error shape by answerClientError. The slow-clients test fails if the inner
+ * server is ever renamed.
+ */
+function startHeaderTimeouts(server: ReturnType<typeof httpolyglot.createServer>): void {
+  const inner = (server as unknown as { _httpServer?: HttpServerBase })._httpServer;
+  inner?.emit("listening");
 }

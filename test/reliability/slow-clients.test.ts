@@ -66,6 +66,18 @@ describe("slow clients", () => {
     expect(Math.max(...latencies)).toBeLessThan(requestTimeoutMs / 2);
   });
 
+  it("cuts a connection that trickles its request headers with a JSON 408", async () => {
+    const head = slowHead();
+    const started = Date.now();
+    const answer = await rawRequest(server.address.port, head.slice(0, 60).split(""), { gapMs: 100, timeoutMs: 10_000 });
+    expect(answer?.status).toBe(408);
+    expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({
+      code: "deadline_exceeded",
+      message: "the request was not received in time",
+    });
+    expect(Date.now() - started).toBeLessThan(requestTimeoutMs + slackMs);
+  });
+
   it("cuts an HTTP/2 stream whose body stalls with 408, and the session keeps serving", async () => {
     const client = http2Connect(server.url);
     try {
