@@ -1,5 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import type { Store } from "../store/store.js";
+import type { GroupCommit } from "./group-commit.js";
 import { Rejection } from "./rejection.js";
 
 /** The automations module's durable queue: creates a PENDING execution inside the caller's transaction. */
@@ -20,22 +21,26 @@ export interface EventToAccept {
 }
 
 /**
- * Stage 9: record (listener, event id) and create the execution in one IMMEDIATE transaction, so
- * an event is either recorded with its execution or not at all, and of two requests with the same
- * event id exactly one gets past the check (the primary key guards the rest).
+ * Stage 9: record (listener, event id) and create the execution in one transaction, so an event
+ * is either recorded with its execution or not at all, and of two requests with the same event id
+ * exactly one gets past the check (the primary key guards the rest). Acceptances of one
+ * event-loop turn share a transaction (GroupCommit), each in its own savepoint and checked on its
+ * own, so a later duplicate in the same group sees the earlier one; the answer waits for the
+ * commit.
  */
 export class EventAcceptance {
   constructor(
     private readonly store: Store,
+    private readonly commits: GroupCommit,
     private readonly enqueue: EnqueueExecution,
     /** Tells the worker there is work, after the commit. */
     private readonly wake: () => void,
   ) {}
 
   /** `inTransaction` runs inside the same transaction once the execution exists (the delivery log). */
-  accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): AcceptedEvent | Rejection {
+  async accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): Promise<AcceptedEvent | Rejection> {
     const events = this.store.webhooks.events;
-    const accepted = this.store.transaction(() => {
+    const accepted = await this.commits.run((): AcceptedEvent | undefined => {
       if (events.has(event.listenerId, event.eventId)) return undefined;
       const { executionId } = this.enqueue({
         automationId: event.automationId,

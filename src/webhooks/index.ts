@@ -5,6 +5,7 @@ import type { RawRoute } from "../server/http-server.js";
 import type { Store } from "../store/store.js";
 import { DeliveryLog } from "./delivery-log.js";
 import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
+import { GroupCommit } from "./group-commit.js";
 import { webhookTriggerHooks } from "./hooks.js";
 import { IpRestrictions } from "./ip-restriction.js";
 import { JwksCache, type JwksCacheOptions } from "./jwks-cache.js";
@@ -52,7 +53,7 @@ export interface Webhooks {
 export function createWebhooks(options: WebhooksOptions): Webhooks {
   const { store, clock } = options;
   const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(options.dataKey), clock);
-  const acceptance = new EventAcceptance(store, options.enqueueExecution, options.wakeWorker);
+  const acceptance = new EventAcceptance(store, new GroupCommit(store), options.enqueueExecution, options.wakeWorker);
   const pipeline = new WebhookPipeline({
     clock,
     baseUrl: options.baseUrl,

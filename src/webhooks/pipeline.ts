@@ -28,7 +28,8 @@ export interface WebhookPipelineDeps {
   /** The HMAC keys valid now for the automation's listener. */
   hmacKeys(automationId: string): readonly KeyObject[];
   jwks: JwksCache;
-  accept(event: EventToAccept, inTransaction: (executionId: string) => void): AcceptedEvent | Rejection;
+  /** Settles once the acceptance committed (or failed: then it rejects and nothing is recorded). */
+  accept(event: EventToAccept, inTransaction: (executionId: string) => void): Promise<AcceptedEvent | Rejection>;
   deliveries: DeliveryLog;
 }
 
@@ -121,7 +122,7 @@ export class WebhookPipeline {
     const inactive = checkActive(target);
     if (inactive !== undefined) return inactive;
     // 9. record and enqueue, once
-    const accepted = deps.accept(
+    const accepted = await deps.accept(
       {
         listenerId: target.trigger.listenerId,
         automationId: target.automationId,

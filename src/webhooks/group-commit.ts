@@ -1,0 +1,107 @@
+import type { Store } from "../store/store.js";
+
+interface Waiting {
+  work: () => unknown;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/** A unit threw: the whole group was rolled back (to be run again, unit by unit). */
+class UnitFailed extends Error {}
+
+/**
+ * Group commit: units of work handed in during one event-loop turn run in ONE transaction,
+ * committed once in the check phase after the turn's I/O (setImmediate), instead of one commit
+ * each. A commit writes every page the transaction dirtied to the WAL, and concurrent requests
+ * dirty the same pages (the right-most leaves of the time-ordered indexes), so a group costs
+ * little more than one request (see bench/RESULTS.md).
+ *
+ * Units run one after the other in the group's transaction, each seeing the writes of the units
+ * before it. A unit that throws has its own writes rolled back and its promise rejects; the others
+ * are unaffected: the group is then rolled back and run again with each unit in a savepoint (a
+ * savepoint per unit on every group would cost about a third of a unit, and units rarely throw).
+ * So a unit's work must only read and write the store (it may run twice, and only the last run
+ * counts). Every promise settles only after the group's COMMIT returned, so nothing is
+ * acknowledged that is not durable; if the COMMIT fails, every unit of the group rejects and none
+ * of them is recorded.
+ */
+export class GroupCommit {
+  private waiting: Waiting[] = [];
+  private scheduled = false;
+
+  constructor(
+    private readonly store: Store,
+    /** A group this large commits at once, without waiting for the end of the turn. */
+    private readonly maxGroup = 256,
+  ) {}
+
+  run<T>(work: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.waiting.push({ work, resolve: resolve as (value: unknown) => void, reject });
+      if (this.waiting.length >= this.maxGroup) {
+        this.commit();
+      } else if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => {
+          this.scheduled = false;
+          this.commit();
+        });
+      }
+    });
+  }
+
+  private commit(): void {
+    const group = this.waiting;
+    this.waiting = [];
+    if (group.length === 0) return;
+    let outcomes: Outcome[];
+    try {
+      outcomes = this.runAll(group) ?? this.runEachInSavepoint(group);
+    } catch (error) {
+      for (const unit of group) unit.reject(error);
+      return;
+    }
+    group.forEach((unit, i) => {
+      const outcome = outcomes[i];
+      if (outcome?.ok === true) unit.resolve(outcome.value);
+      else unit.reject(outcome?.error);
+    });
+  }
+
+  /** The common case: every unit in one transaction. Undefined (nothing recorded) when a unit threw. */
+  private runAll(group: readonly Waiting[]): Outcome[] | undefined {
+    try {
+      return this.store.transaction(() =>
+        group.map((unit): Outcome => {
+          try {
+            return { ok: true, value: unit.work() };
+          } catch (error) {
+            throw new UnitFailed("a unit of the group failed", { cause: error });
+          }
+        }),
+      );
+    } catch (error) {
+      if (error instanceof UnitFailed) return undefined;
+      throw error;
+    }
+  }
+
+  /** After a unit threw: each unit in a savepoint, so only the failing ones are rolled back. */
+  private runEachInSavepoint(group: readonly Waiting[]): Outcome[] {
+    const { store } = this;
+    return store.transaction(() =>
+      group.map((unit): Outcome => {
+        // A statement error can make SQLite roll the whole transaction back: then nothing of the
+        // group is recorded, and no later unit may run in a transaction of its own.
+        if (!store.db.inTransaction) throw new Error("the group's transaction was rolled back");
+        try {
+          return { ok: true, value: store.transaction(unit.work) }; // nested: a savepoint
+        } catch (error) {
+          return { ok: false, error };
+        }
+      }),
+    );
+  }
+}
