@@ -1,4 +1,3 @@
-import { setImmediate as yieldToEventLoop, setTimeout as sleep } from "node:timers/promises";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { Execution, StepRecord } from "../store/executions-repository.js";
@@ -13,75 +12,122 @@ export interface ExecutionRunnerOptions {
   clock: Clock;
   log: Logger;
   programs: ProgramCache;
-  /** Test knob (ACCESSD_TEST_STEP_DELAY_MS): wait this long before each step. 0 in production. */
-  stepDelayMs?: number;
+}
+
+/** How much one transaction of the worker may do. */
+export interface BatchLimits {
+  /** Claims and steps, at most. */
+  maxUnits: number;
+  /** Stop taking more once this much time went by (the batch blocks the event loop). */
+  maxMs: number;
+}
+
+/** The execution being run: claimed (RUNNING) and part-way through its steps. */
+interface InProgress {
+  execution: Execution;
+  steps: StepDefinition[];
+  context: StepContext;
+  /** The next step to run. */
+  position: number;
+}
+
+interface LogLine {
+  fields: Record<string, unknown>;
+  message: string;
 }
 
 /**
- * Runs executions step by step, durably. Each step's action and its step record commit in one
+ * Runs executions step by step, durably, in one serial order: the oldest unfinished execution's
+ * steps, then the next execution's. Each step's action and its step record commit in the same
  * transaction, so after a crash a step either happened and is recorded, or neither; a resumed
  * execution starts at its first step without a record, and a finished step never runs again
  * (its record's primary key would also refuse a second one, rolling the action back).
+ *
+ * A batch runs several consecutive units of that order (claims and steps) in one transaction, so
+ * a commit (the expensive part: every dirtied page goes to the WAL) is shared by many steps. The
+ * order and every step's atomicity are unchanged; a crash or a store error rolls the whole batch
+ * back, which is the same as its steps not having run yet.
  */
 export class ExecutionRunner {
   private readonly versions = new Map<string, StepDefinition[]>();
+  private current: InProgress | undefined;
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
 
-  /** Claims the oldest unfinished execution: one a crash left RUNNING, else the next PENDING. */
-  claimNext(): Execution | undefined {
-    const { store, clock } = this.options;
-    return store.transaction(() => {
-      const execution = store.executions.nextUnfinished();
-      if (execution !== undefined) store.executions.markRunning(execution.id, clock.now());
-      return execution;
-    });
+  /** True when a claimed execution has a step left to run (the next unit is a step, not a claim). */
+  get hasStepToRun(): boolean {
+    return this.current !== undefined;
   }
 
   /**
-   * Runs the remaining steps of a claimed execution. Between steps it asks `stopping()`; when
-   * that is true it returns, leaving the execution RUNNING for the next start to resume.
+   * Runs units (a claim of the oldest unfinished execution, one that a crash left RUNNING first;
+   * or the next step of the claimed one) in one transaction, until `limits` or `stopping()` say
+   * stop or nothing is left. Returns how many units ran: 0 when there was no work. Log steps'
+   * lines are written after the commit (the record is the durable result; the line is a courtesy,
+   * written at most once). An execution stopped between steps stays RUNNING and is resumed by the
+   * next claim.
    */
-  async run(execution: Execution, stopping: () => boolean): Promise<void> {
+  runBatch(limits: BatchLimits, stopping: () => boolean): number {
     const { store, log } = this.options;
+    const lines: LogLine[] = [];
+    const started = performance.now();
+    let units = 0;
+    try {
+      store.transaction(() => {
+        while (units < limits.maxUnits && !stopping() && (units === 0 || performance.now() - started < limits.maxMs)) {
+          if (this.current === undefined) {
+            const claimed = this.claim(lines);
+            if (claimed === undefined) break;
+            units++;
+            this.current = claimed === "finished" ? undefined : claimed;
+            continue;
+          }
+          units++;
+          if (this.runNextStep(this.current, lines)) this.current = undefined;
+        }
+      });
+    } catch (e) {
+      // Rolled back: what `current` holds was not recorded; the next claim reloads it from the store.
+      this.current = undefined;
+      throw e;
+    }
+    for (const line of lines) log.info(line.fields, line.message);
+    return units;
+  }
+
+  /** Claims the oldest unfinished execution and loads where it stands ("finished" when nothing is left to run). */
+  private claim(lines: LogLine[]): InProgress | "finished" | undefined {
+    const { store, clock } = this.options;
+    const execution = store.executions.nextUnfinished();
+    if (execution === undefined) return undefined;
+    store.executions.markRunning(execution.id, clock.now());
     const steps = this.stepsOf(execution);
     if (steps === undefined) {
       this.finish(execution, "FAILED", `automation version ${execution.automationVersion} no longer exists`);
-      return;
+      return "finished";
     }
     const done = store.executions.steps(execution.id);
     if (done.length > 0 || execution.state === "RUNNING") {
-      log.info({ executionId: execution.id, fromStep: done.length }, "resuming automation execution");
+      lines.push({ fields: { executionId: execution.id, fromStep: done.length }, message: "resuming automation execution" });
     }
     const failed = done.find((s) => s.state === "FAILED");
     if (failed !== undefined || done.length >= steps.length) {
       // The last step's record and the execution's end commit together; this is a safety net.
       this.finish(execution, failed === undefined ? "SUCCEEDED" : "FAILED", failed === undefined ? "" : stepError(failed));
-      return;
+      return "finished";
     }
-
     const context = new StepContext(execution.trigger);
     for (const record of done) if (record.output !== undefined) context.addOutput(record.name, record.output);
-
-    for (let position = done.length; position < steps.length; position++) {
-      if (stopping()) return;
-      const step = steps[position];
-      if (step === undefined) break;
-      await this.pause();
-      const finished = this.runStepDurably(execution, step, position, position === steps.length - 1, context);
-      if (finished) return;
-    }
+    return { execution, steps, context, position: done.length };
   }
 
-  /** One step in one transaction; true when the execution ended with it. */
-  private runStepDurably(
-    execution: Execution,
-    step: StepDefinition,
-    position: number,
-    last: boolean,
-    context: StepContext,
-  ): boolean {
-    const { store, clock, log, programs } = this.options;
+  /** One step, recorded in the batch's transaction (in a savepoint); true when the execution ended with it. */
+  private runNextStep(current: InProgress, lines: LogLine[]): boolean {
+    const { store, clock, programs } = this.options;
+    const { execution, steps, context, position } = current;
+    const step = steps[position];
+    if (step === undefined) return true;
+    const last = position === steps.length - 1;
     const startedAt = clock.now();
     const record = store.transaction((): StepRecord => {
       const outcome = runStep(store, startedAt, step, programs, context);
@@ -92,20 +138,20 @@ export class ExecutionRunner {
       else if (last) store.executions.finish(execution.id, "SUCCEEDED", "", finishedAt);
       return stepRecord;
     });
+    current.position++;
     if (record.output !== undefined) context.addOutput(step.name, record.output);
     if (step.action.kind === "log" && record.state === "SUCCEEDED") {
-      // After the commit: the record is the durable result; the line is a courtesy and at most once.
-      log.info(
-        { automationId: execution.automationId, executionId: execution.id, step: step.name, message: record.output },
-        "automation log",
-      );
+      lines.push({
+        fields: { automationId: execution.automationId, executionId: execution.id, step: step.name, message: record.output },
+        message: "automation log",
+      });
     }
     return record.state === "FAILED" || last;
   }
 
   private finish(execution: Execution, state: "SUCCEEDED" | "FAILED", error: string): void {
     const { store, clock } = this.options;
-    store.transaction(() => store.executions.finish(execution.id, state, error, clock.now()));
+    store.executions.finish(execution.id, state, error, clock.now());
   }
 
   private stepsOf(execution: Execution): StepDefinition[] | undefined {
@@ -119,13 +165,6 @@ export class ExecutionRunner {
       this.versions.set(key, steps);
     }
     return steps;
-  }
-
-  private async pause(): Promise<void> {
-    const delay = this.options.stepDelayMs ?? 0;
-    // Yield between steps so that requests are served while a long execution runs.
-    if (delay > 0) await sleep(delay);
-    else await yieldToEventLoop();
   }
 }
 

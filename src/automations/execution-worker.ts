@@ -1,7 +1,8 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { Store } from "../store/store.js";
-import { ExecutionRunner } from "./execution-runner.js";
+import { ExecutionRunner, type BatchLimits } from "./execution-runner.js";
 import type { ProgramCache } from "./program-cache.js";
 
 export interface ExecutionWorkerOptions {
@@ -13,18 +14,29 @@ export interface ExecutionWorkerOptions {
   stepDelayMs?: number;
   /** How often an idle worker looks for work nobody told it about. */
   pollIntervalMs?: number;
+  /** How much one transaction may do before the worker commits and yields to requests. */
+  batch?: BatchLimits;
 }
+
+/**
+ * Up to 2 ms of steps per transaction, then the event loop serves the requests that arrived
+ * meanwhile: the worker never holds the one JS thread long, and a commit is shared by many steps.
+ */
+const defaultBatch: BatchLimits = { maxUnits: 256, maxMs: 2 };
 
 /**
  * The in-process worker: claims unfinished executions one at a time in creation order (so an
  * execution interrupted by a crash is resumed first) and runs them. One worker per database:
  * SQLite serialises writes anyway, and one runner keeps "in order" simple. `notify()` after
- * committing a new execution wakes it at once; otherwise it polls.
+ * committing a new execution wakes it at once; otherwise it polls. Work runs in bounded batches
+ * (ExecutionRunner.runBatch), each one transaction, with a turn of the event loop between them.
  */
 export class ExecutionWorker {
   private readonly runner: ExecutionRunner;
   private readonly log: Logger;
   private readonly pollIntervalMs: number;
+  private readonly stepDelayMs: number;
+  private readonly batch: BatchLimits;
   private loop: Promise<void> | undefined;
   private stopping = false;
   private wake: (() => void) | undefined;
@@ -34,6 +46,9 @@ export class ExecutionWorker {
     this.runner = new ExecutionRunner(options);
     this.log = options.log;
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
+    this.stepDelayMs = options.stepDelayMs ?? 0;
+    // The test knob waits before every step, so each step (and each claim) commits on its own.
+    this.batch = this.stepDelayMs > 0 ? { maxUnits: 1, maxMs: Infinity } : (options.batch ?? defaultBatch);
   }
 
   /** Starts the loop (again, after a stop). */
@@ -71,19 +86,30 @@ export class ExecutionWorker {
   private async work(): Promise<void> {
     while (!this.stopping) {
       try {
-        const execution = this.runner.claimNext();
-        if (execution === undefined) {
+        await this.pause();
+        if (this.stopping) break;
+        const units = this.runner.runBatch(this.batch, () => this.stopping);
+        if (units === 0) {
           this.releaseIdleWaiters();
           await this.sleep();
-          continue;
         }
-        await this.runner.run(execution, () => this.stopping);
       } catch (e) {
         // The store failing (disk full, locked too long): keep the execution for a later attempt.
         this.log.error({ err: e }, "automation worker: execution attempt failed; retrying");
         await this.sleep();
       }
     }
+  }
+
+  /**
+   * Between batches: the test knob's delay before a step, or else a turn of the event loop with
+   * requests first. A timer (not setImmediate) puts the next batch in the timers phase, before
+   * the loop polls for I/O: the requests read in the poll phase are then committed and answered
+   * in the check phase right after, never behind a batch of the worker.
+   */
+  private async pause(): Promise<void> {
+    if (this.stepDelayMs === 0) await sleep(0);
+    else if (this.runner.hasStepToRun) await sleep(this.stepDelayMs);
   }
 
   private sleep(): Promise<void> {
