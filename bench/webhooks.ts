@@ -1,17 +1,19 @@
 /**
- * Inbound webhook benchmarks (issue 5), against `accessd serve` in its own process over a SQLite
- * file, with the load generated here by autocannon (HTTP/1.1, keep-alive):
+ * Inbound webhook benchmarks (issues 5 and 7), against `accessd serve` in its own process over a
+ * SQLite file, with the load generated here by autocannon (HTTP/1.1, keep-alive, 16 connections):
  *
  * 1. A bare `node:http` server (its own process) that reads the body and answers 200: the ceiling
  *    of this machine and load generator, measured in the same run.
- * 2. Accepted HMAC webhooks per second (each request a new event id, signed as it is sent).
+ * 2. Accepted HMAC webhooks per second at full load (each request a new event id, signed as it is
+ *    sent), then p50/p99 latency at half that rate (autocannon's overallRate).
  * 3. Accepted JWT webhooks per second for RS256, ES256 and EdDSA (tokens signed before the phase,
  *    so signing does not load the generator; JWKS from a local HTTP server, cached by the service).
- * Every accepted webhook creates an execution that the in-process worker runs (one log step) while
- * the load continues: the figures include that work. Any non-200 answer fails the bench.
- * Reports req/s and the ratio to the bare server, p50/p99 latency, and the server's peak RSS.
+ * Every accepted webhook creates an execution that the in-process worker runs (one log step);
+ * after each phase the bench waits until every one has SUCCEEDED (read from /metrics) and reports
+ * that drain time, so the figures cannot hide work left undone. Any non-200 answer fails the bench.
+ * Reports req/s and the ratio to the bare server, latencies, drain times and the server's peak RSS.
  *
- * Run with `npm run bench -- webhooks` or `npx tsx bench/webhooks.ts`.
+ * Run with `npm run bench -- webhooks` or `npx tsx bench/webhooks.ts`; BENCH_ONLY=hmac skips JWT.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash, createPublicKey, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
@@ -24,30 +26,85 @@ import { join } from "node:path";
 import autocannon from "autocannon";
 import { exportJWK, SignJWT } from "jose";
 import { hmacSignature } from "../src/webhooks/hmac-signature.js";
-import { startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
+import { procCpuSeconds, startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
 import { phaseSeconds, progress, report, round } from "./support/report.js";
 
-const connections = 16;
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
 const seconds = phaseSeconds(8);
-/** JWT phases send a fixed number of pre-signed requests. */
-const jwtRequests = Math.round(1_500 * seconds);
+const onlyHmac = process.env.BENCH_ONLY === "hmac";
 const body = Buffer.from(JSON.stringify({ user: "u-1", action: "grant", entitlement: "e-1" }));
 const bodyHash = createHash("sha256").update(body).digest("base64url");
 
 interface Phase {
   label: string;
   rps: number;
+  /** Server CPU time per request during the phase, in microseconds (undefined when unknown). */
+  cpuUs?: number;
   p50: number;
   p99: number;
+  /** Seconds after the phase until every execution had SUCCEEDED. */
+  drainSeconds?: number;
 }
 
-async function run(label: string, url: string, requests: autocannon.Request[], limit: { duration?: number; amount?: number }): Promise<Phase> {
+interface Limit {
+  duration?: number;
+  amount?: number;
+  /** Requests per second over all connections (open-loop pacing). */
+  overallRate?: number;
+}
+
+/** Requests answered 200 by accessd so far (each created one execution). */
+let accepted = 0;
+
+/** The process whose CPU time a phase reports (the server under test). */
+let measuredPid: number | undefined;
+
+async function run(label: string, url: string, requests: autocannon.Request[], limit: Limit, countsAccepted = true, pid = measuredPid): Promise<Phase> {
+  const cpuBefore = pid === undefined ? undefined : procCpuSeconds(pid);
   const result = await autocannon({ url, method: "POST", connections, requests, ...limit });
+  const cpuAfter = pid === undefined ? undefined : procCpuSeconds(pid);
+  const cpuUs =
+    cpuBefore === undefined || cpuAfter === undefined ? undefined : ((cpuAfter - cpuBefore) / Math.max(result.requests.total, 1)) * 1e6;
   const failed = result.non2xx + result.errors + result.timeouts;
   if (failed > 0) throw new Error(`${label}: ${failed} requests failed (non-2xx ${result.non2xx}, errors ${result.errors})`);
+  if (countsAccepted) accepted += result["2xx"];
   const rps = result.requests.total / result.duration;
-  progress(`${label}: ${round(rps, 0)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms`);
-  return { label, rps, p50: result.latency.p50, p99: result.latency.p99 };
+  const cpu = cpuUs === undefined ? "" : `, server CPU ${round(cpuUs, 0)} us/request`;
+  progress(`${label}: ${round(rps, 0)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms${cpu}`);
+  return { label, rps, p50: result.latency.p50, p99: result.latency.p99, cpuUs };
+}
+
+function cpuNote(phase: Phase): string {
+  return phase.cpuUs === undefined ? "" : `; server CPU ${round(phase.cpuUs, 0)} us per request`;
+}
+
+/** Counts from the Prometheus exposition: executions SUCCEEDED and the queue depth. */
+async function executionCounts(server: AccessdProcess): Promise<{ succeeded: number; failed: number; queued: number }> {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const value = (pattern: RegExp) => Number(pattern.exec(text)?.[1] ?? 0);
+  return {
+    succeeded: value(/^accessd_automation_executions\{state="SUCCEEDED"\} (\d+)/m),
+    failed: value(/^accessd_automation_executions\{state="FAILED"\} (\d+)/m),
+    queued: value(/^accessd_automation_queue_depth (\d+)/m),
+  };
+}
+
+/**
+ * Waits until every accepted webhook's execution has SUCCEEDED; returns the seconds that took
+ * after the load stopped (0 when the worker kept up).
+ */
+async function drain(server: AccessdProcess, label: string): Promise<number> {
+  const started = performance.now();
+  for (;;) {
+    const counts = await executionCounts(server);
+    if (counts.failed > 0) throw new Error(`${label}: ${counts.failed} executions FAILED`);
+    if (counts.succeeded >= accepted && counts.queued === 0) break;
+    if (performance.now() - started > 300_000) throw new Error(`${label}: executions did not drain: ${JSON.stringify(counts)}, ${accepted} accepted`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const drained = (performance.now() - started) / 1000;
+  progress(`${label}: all ${accepted} executions SUCCEEDED ${round(drained, 2)} s after the load stopped`);
+  return drained;
 }
 
 /** A request generator that signs each request with a fresh event id (HMAC is cheap enough to do inline). */
@@ -101,7 +158,7 @@ async function jwtRequests_(count: number, key: KeyObject, kid: string, alg: str
   return requests;
 }
 
-async function startBareServer(): Promise<{ url: string; child: ChildProcess }> {
+async function startBareServer(): Promise<{ url: string; child: ChildProcess; pid: number }> {
   const source = `
     const http = require("node:http");
     const server = http.createServer((req, res) => {
@@ -111,7 +168,7 @@ async function startBareServer(): Promise<{ url: string; child: ChildProcess }> 
     server.listen(0, "127.0.0.1", () => process.stdout.write(String(server.address().port) + "\\n"));`;
   const child = spawn(process.execPath, ["-e", source], { stdio: ["ignore", "pipe", "inherit"] });
   const [chunk] = (await once(child.stdout!, "data")) as [Buffer];
-  return { url: `http://127.0.0.1:${chunk.toString().trim()}`, child };
+  return { url: `http://127.0.0.1:${chunk.toString().trim()}`, child, pid: child.pid ?? 0 };
 }
 
 async function startJwksServer(keys: { kid: string; alg: string; key: KeyObject }[]) {
@@ -157,6 +214,7 @@ const dir = mkdtempSync(join(tmpdir(), "accessd-bench-webhooks-"));
 process.env.ACCESSD_JWKS_ALLOW_HTTP = "true";
 const server = await startAccessdProcess(join(dir, "accessd.db"));
 const bare = await startBareServer();
+measuredPid = server.pid;
 try {
   const hmac = await createAutomation(server, { authMethod: "HMAC" });
   const jwt = await createAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
@@ -165,32 +223,59 @@ try {
 
   progress(`warm-up (${connections} connections)...`);
   await run("warm-up", server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), { duration: 2 });
+  await drain(server, "warm-up");
 
   progress(`bare node:http, ${seconds}s...`);
-  const baseline = await run("bare node:http 200", bare.url, hmacRequests(hmac.secret, "/"), { duration: seconds });
+  const baseline = await run("bare node:http 200", bare.url, hmacRequests(hmac.secret, "/"), { duration: seconds }, false, bare.pid);
   const phases: Phase[] = [];
-  phases.push(await run("HMAC", server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), { duration: seconds }));
-  for (const { kid, alg, key } of keys) {
+  const hmacMax = await run("HMAC", server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), { duration: seconds });
+  hmacMax.drainSeconds = await drain(server, "HMAC");
+  phases.push(hmacMax);
+  const halfRate = Math.round(hmacMax.rps / 2);
+  progress(`HMAC at half that rate (${halfRate} req/s), ${seconds}s...`);
+  const half = await run(`HMAC at ${halfRate} req/s`, server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), {
+    duration: seconds,
+    overallRate: halfRate,
+  });
+  half.drainSeconds = await drain(server, "HMAC half rate");
+  // JWT phases send pre-signed tokens: as many as the HMAC rate would send in the phase (capped).
+  const jwtRequests = Math.min(Math.round(hmacMax.rps * seconds), 60_000);
+  for (const { kid, alg, key } of onlyHmac ? [] : keys) {
     progress(`signing ${jwtRequests} ${alg} tokens...`);
     const requests = await jwtRequests_(jwtRequests, key, kid, alg, jwt.endpointUrl, baseUrl, pathOf(jwt.listenerId));
-    phases.push(await run(`JWT ${alg}`, server.url, requests, { amount: jwtRequests }));
+    const phase = await run(`JWT ${alg}`, server.url, requests, { amount: jwtRequests });
+    phase.drainSeconds = await drain(server, `JWT ${alg}`);
+    phases.push(phase);
   }
 
+  const common = `${connections} connections, ${body.length}-byte body`;
   report({
     name: "bare node:http answering 200",
     value: round(baseline.rps, 0),
     unit: "req/s",
-    note: `p50 ${baseline.p50} ms, p99 ${baseline.p99} ms; ${connections} connections, same load generator`,
+    note: `p50 ${baseline.p50} ms, p99 ${baseline.p99} ms; ${common}, same load generator${cpuNote(baseline)}`,
   });
   for (const phase of phases) {
     report({
       name: `accepted webhooks, ${phase.label}`,
       value: round(phase.rps, 0),
       unit: "req/s",
-      note: `${round(phase.rps / baseline.rps, 3)}x the bare server; p50 ${phase.p50} ms, p99 ${phase.p99} ms; ${connections} connections, ${body.length}-byte body, each run by the worker`,
+      note: `${round(phase.rps / baseline.rps, 3)}x the bare server; p50 ${phase.p50} ms, p99 ${phase.p99} ms; ${common}; every execution SUCCEEDED ${round(phase.drainSeconds ?? 0, 2)} s after the load stopped${cpuNote(phase)}`,
     });
     report({ name: `accepted webhooks, ${phase.label} / bare node:http`, value: round(phase.rps / baseline.rps, 3), unit: "x" });
   }
+  report({
+    name: `HMAC latency at half the maximum rate (${halfRate} req/s), p99`,
+    value: half.p99,
+    unit: "ms",
+    note: `p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s; ${common}; drained ${round(half.drainSeconds ?? 0, 2)} s after`,
+  });
+  report({
+    name: "executions run to SUCCEEDED (all phases)",
+    value: accepted,
+    unit: "executions",
+    note: "one per accepted webhook, checked from /metrics after each phase",
+  });
   const rss = server.peakRssMiB();
   if (rss !== undefined) report({ name: "accessd peak RSS (webhooks bench)", value: round(rss, 1), unit: "MiB" });
 } finally {

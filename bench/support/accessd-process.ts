@@ -21,6 +21,8 @@ export interface AccessdProcess {
   peakRssMiB(): number | undefined;
   /** The server's resident set size now (VmRSS), in MiB; undefined off Linux. */
   rssMiB(): number | undefined;
+  /** CPU seconds (user + system) the server process has used so far; undefined off Linux. */
+  cpuSeconds(): number | undefined;
   stop(): Promise<void>;
 }
 
@@ -41,7 +43,11 @@ async function freePort(): Promise<number> {
  */
 export async function startAccessdProcess(database: string, logLevel = "info"): Promise<AccessdProcess> {
   const port = await freePort();
-  const child: ChildProcess = spawn(process.execPath, ["--import", tsxLoader, `${repoRoot}src/cli/main.ts`, "serve"], {
+  // BENCH_CPU_PROF=<dir>: the server writes a V8 CPU profile there when it stops (summarise it
+  // with `npx tsx bench/support/profile-summary.ts <file>`).
+  const profileDir = process.env.BENCH_CPU_PROF;
+  const profiling = profileDir === undefined || profileDir === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`];
+  const child: ChildProcess = spawn(process.execPath, [...profiling, "--import", tsxLoader, `${repoRoot}src/cli/main.ts`, "serve"], {
     cwd: repoRoot,
     env: {
       ...process.env,
@@ -74,12 +80,24 @@ export async function startAccessdProcess(database: string, logLevel = "info"): 
     headers: await authHeaders(url),
     peakRssMiB: () => procStatusMiB(pid, "VmHWM"),
     rssMiB: () => procStatusMiB(pid, "VmRSS"),
+    cpuSeconds: () => procCpuSeconds(pid),
     async stop() {
       if (child.exitCode !== null) return;
       child.kill("SIGTERM");
       await once(child, "exit");
     },
   };
+}
+
+/** utime + stime from /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s). */
+export function procCpuSeconds(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return undefined;
+  }
 }
 
 function procStatusMiB(pid: number, field: "VmHWM" | "VmRSS"): number | undefined {
