@@ -106,8 +106,9 @@ export class ExecutionRunner {
       this.finish(execution, "FAILED", `automation version ${execution.automationVersion} no longer exists`);
       return "finished";
     }
-    const done = store.executions.steps(execution.id);
-    if (done.length > 0 || execution.state === "RUNNING") {
+    // A PENDING execution has no step records (its claim commits before, or with, its first step).
+    const done = execution.state === "PENDING" ? [] : store.executions.steps(execution.id);
+    if (execution.state === "RUNNING") {
       lines.push({ fields: { executionId: execution.id, fromStep: done.length }, message: "resuming automation execution" });
     }
     const failed = done.find((s) => s.state === "FAILED");

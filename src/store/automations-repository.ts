@@ -1,6 +1,7 @@
 import type { StepDefinition } from "../automations/step-definition.js";
 import type { TriggerConfig, WebhookListenerTarget } from "../automations/trigger-config.js";
 import type { Database } from "./database.js";
+import { ReadCache } from "./read-cache.js";
 
 export interface Automation {
   id: string;
@@ -57,8 +58,11 @@ export class AutomationsRepository {
   private readonly deleteUnusedVersionsStmt;
   private readonly versionStepsStmt;
   private readonly byListenerStmt;
+  /** findByListenerId's answers (every webhook request asks); cleared by every write below. */
+  private readonly listeners: ReadCache<string, Readonly<WebhookListenerTarget>>;
 
   constructor(db: Database) {
+    this.listeners = new ReadCache(db);
     this.insertStmt = db.prepare<
       [string, string, string, string, string | null, number, number, number, number, number]
     >(
@@ -95,6 +99,7 @@ export class AutomationsRepository {
 
   /** Writes the automation and its first version. Call inside a transaction. */
   insert(a: Automation): void {
+    this.listeners.clear();
     this.insertStmt.run(
       a.id,
       a.displayName,
@@ -124,6 +129,7 @@ export class AutomationsRepository {
    * Call inside a transaction.
    */
   update(a: Automation): void {
+    this.listeners.clear();
     this.updateStmt.run(
       a.displayName,
       a.description,
@@ -138,11 +144,13 @@ export class AutomationsRepository {
 
   /** Publication and trigger toggle; these do not make a new version. */
   setFlags(a: Automation): void {
+    this.listeners.clear();
     this.setFlagsStmt.run(a.published ? 1 : 0, a.triggerEnabled ? 1 : 0, a.updatedAt, a.id);
   }
 
   /** True when a row was deleted. Versions still named by executions stay, so those can finish. */
   delete(id: string): boolean {
+    this.listeners.clear();
     const deleted = this.deleteStmt.run(id).changes > 0;
     if (deleted) this.deleteUnusedVersionsStmt.run({ id });
     return deleted;
@@ -154,8 +162,12 @@ export class AutomationsRepository {
     return steps === undefined ? undefined : (JSON.parse(steps) as StepDefinition[]);
   }
 
-  /** The automation behind a webhook listener: one indexed lookup. */
-  findByListenerId(listenerId: string): WebhookListenerTarget | undefined {
+  /** The automation behind a webhook listener: one indexed lookup, remembered until the next write. */
+  findByListenerId(listenerId: string): Readonly<WebhookListenerTarget> | undefined {
+    return this.listeners.get(listenerId, () => this.loadListener(listenerId));
+  }
+
+  private loadListener(listenerId: string): WebhookListenerTarget | undefined {
     const row = this.byListenerStmt.get(listenerId);
     if (row === undefined) return undefined;
     const trigger = JSON.parse(row.trigger) as TriggerConfig;

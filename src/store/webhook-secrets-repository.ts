@@ -1,4 +1,5 @@
 import type { Database } from "./database.js";
+import { ReadCache } from "./read-cache.js";
 
 /** A listener's HMAC secret as stored: sealed (encrypted), never in clear. */
 export interface StoredWebhookSecret {
@@ -33,8 +34,11 @@ export class WebhookSecretsRepository {
   private readonly expireStmt;
   private readonly deleteForStmt;
   private readonly deleteExpiredStmt;
+  /** Each automation's unexpired secrets (every HMAC webhook asks); cleared by every write below. */
+  private readonly unexpired: ReadCache<string, readonly StoredWebhookSecret[]>;
 
   constructor(db: Database) {
+    this.unexpired = new ReadCache(db);
     this.insertStmt = db.prepare<[string, string, Buffer, number]>(
       "INSERT INTO webhook_secrets (id, automation_id, sealed, created_at, expires_at) VALUES (?, ?, ?, ?, NULL)",
     );
@@ -55,12 +59,15 @@ export class WebhookSecretsRepository {
   }
 
   insert(secret: { id: string; automationId: string; sealed: Buffer; createdAt: number }): void {
+    this.unexpired.clear();
     this.insertStmt.run(secret.id, secret.automationId, secret.sealed, secret.createdAt);
   }
 
   /** The secrets a signature may be made with at `now`: the current one and any in grace, newest first. */
   valid(automationId: string, now: number): StoredWebhookSecret[] {
-    return this.validStmt.all(automationId, now).map(toSecret);
+    // Cached as of time 0 (every secret not yet deleted), filtered by `now` on each call.
+    const secrets = this.unexpired.get(automationId, () => this.validStmt.all(automationId, 0).map(toSecret)) ?? [];
+    return secrets.filter((secret) => secret.expiresAt === undefined || secret.expiresAt > now);
   }
 
   current(automationId: string): StoredWebhookSecret | undefined {
@@ -70,14 +77,17 @@ export class WebhookSecretsRepository {
 
   /** Every secret of the automation stops being valid at `expiresAt` (or earlier, if it already did). */
   expireAll(automationId: string, expiresAt: number): void {
+    this.unexpired.clear();
     this.expireStmt.run(expiresAt, expiresAt, automationId);
   }
 
   deleteFor(automationId: string): void {
+    this.unexpired.clear();
     this.deleteForStmt.run(automationId);
   }
 
   deleteExpired(now: number): number {
+    this.unexpired.clear();
     return this.deleteExpiredStmt.run(now).changes;
   }
 }
