@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { ManualClock } from "../src/clock.js";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
-import { startWebhookHousekeeping } from "../src/jobs/webhook-housekeeping.js";
+import { housekeepingChunkRows, startWebhookHousekeeping } from "../src/jobs/webhook-housekeeping.js";
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
 import { dataKeyFilePath, resolveDataKey } from "../src/webhooks/data-key.js";
@@ -198,7 +198,7 @@ describe("configuration", () => {
 });
 
 describe("housekeeping job", () => {
-  it("deletes event records older than the retention and keeps newer ones", () => {
+  it("deletes event records older than the retention and keeps newer ones", async () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(10 * 86_400_000);
     const day = 86_400_000;
@@ -206,17 +206,17 @@ describe("housekeeping job", () => {
     events.insert({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
     events.insert({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
     const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 7 * day });
-    // It ran once at start already.
+    await job.firstPass; // it runs once at start
     expect(events.has("l", "old")).toBe(false);
     expect(events.has("l", "new")).toBe(true);
     clock.advance(1001);
-    expect(job.runOnce().events).toBe(1);
+    expect((await job.runOnce()).events).toBe(1);
     expect(events.has("l", "new")).toBe(false);
     job.stop();
     store.close();
   });
 
-  it("trims the delivery log to the newest entries per automation", () => {
+  it("trims the delivery log to the newest entries per automation", async () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(1_700_000_000_000);
     for (let i = 0; i < 15; i++) {
@@ -233,8 +233,51 @@ describe("housekeeping job", () => {
       });
     }
     const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 86_400_000, deliveriesPerAutomation: 10 });
+    await job.firstPass;
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.id)).toHaveLength(10);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 1)[0]?.id).toBe("0000000e");
+    job.stop();
+    store.close();
+  });
+
+  it("deletes in chunks of its own transaction, letting requests run in between", async () => {
+    const store = Store.open(":memory:");
+    const day = 86_400_000;
+    const clock = new ManualClock(10 * day);
+    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: day, deliveriesPerAutomation: 10 });
+    await job.firstPass;
+    const old = 2.5 * housekeepingChunkRows;
+    store.transaction(() => {
+      for (let i = 0; i < old; i++) {
+        store.webhooks.events.insert({ listenerId: "l", eventId: `e${i}`, receivedAt: 0, executionId: "x" });
+        const id = String(i).padStart(8, "0");
+        store.webhooks.deliveries.insert({
+          id,
+          automationId: "a",
+          eventId: `e${i}`,
+          status: 200,
+          reason: "accepted",
+          sourceIp: "127.0.0.1",
+          sizeBytes: 1,
+          receivedAt: 10 * day,
+          executionId: "x",
+        });
+      }
+    });
+    let turns = 0;
+    let counting = true;
+    const count = (): void => {
+      turns++;
+      if (counting) setImmediate(count);
+    };
+    setImmediate(count);
+    const result = await job.runOnce();
+    counting = false;
+    expect(result).toEqual({ events: old, deliveries: old - 10, secrets: 0 });
+    expect(store.webhooks.events.countFor("l")).toBe(0);
+    expect(store.webhooks.deliveries.listBefore("a", undefined, 100)).toHaveLength(10);
+    // 3 chunks of events and 3 of deliveries: the event loop turned between them.
+    expect(turns).toBeGreaterThanOrEqual(4);
     job.stop();
     store.close();
   });

@@ -22,45 +22,79 @@ export interface HousekeepingResult {
 }
 
 export interface WebhookHousekeeping {
-  /** One pass now; returns how many rows of each kind were deleted. */
-  runOnce(): HousekeepingResult;
+  /** The pass started with the job (tests await it). */
+  firstPass: Promise<void>;
+  /** One pass now; resolves with how many rows of each kind were deleted. */
+  runOnce(): Promise<HousekeepingResult>;
+  /** No further chunk starts; a pass under way ends after its current chunk. */
   stop(): void;
 }
 
 export const defaultDeliveriesPerAutomation = 1_000;
 
+/** Rows deleted per transaction: a chunk holds the one JS thread for about a millisecond. */
+export const housekeepingChunkRows = 1_000;
+
 /**
  * Deletes webhook event records older than the retention (spec 2.4: 7 days), trims the delivery
  * log and drops rotated-out secrets past their grace period. Runs once at start, then on schedule.
+ * Deletes go in chunks of `housekeepingChunkRows`, each its own transaction, with a turn of the
+ * event loop between them: a busy listener's ten minutes of deliveries are millions of rows, and
+ * one transaction over them would stop every request for seconds.
  */
 export function startWebhookHousekeeping(options: WebhookHousekeepingOptions): WebhookHousekeeping {
   const { store, clock, log, retentionMs } = options;
   const perAutomation = options.deliveriesPerAutomation ?? defaultDeliveriesPerAutomation;
+  let stopped = false;
 
-  const runOnce = (): HousekeepingResult => {
-    const now = clock.now();
-    const cutoff = now - retentionMs;
-    return store.transaction(() => ({
-      events: store.webhooks.events.deleteReceivedBefore(cutoff),
-      deliveries: store.webhooks.deliveries.trim(perAutomation, cutoff),
-      secrets: store.webhooks.secrets.deleteExpired(now),
-    }));
+  /** Runs `deleteChunk` in transactions until it deletes fewer than a chunk; returns the total. */
+  const inChunks = async (deleteChunk: () => number): Promise<number> => {
+    let total = 0;
+    while (!stopped) {
+      const deleted = store.transaction(deleteChunk);
+      total += deleted;
+      if (deleted < housekeepingChunkRows) break;
+      await yieldToRequests();
+    }
+    return total;
   };
 
-  const runLogged = () => {
+  const runOnce = async (): Promise<HousekeepingResult> => {
+    const now = clock.now();
+    const cutoff = now - retentionMs;
+    const { events, deliveries, secrets } = store.webhooks;
+    const result: HousekeepingResult = { events: 0, deliveries: 0, secrets: 0 };
+    result.events = await inChunks(() => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
+    result.deliveries = await inChunks(() => deliveries.deleteReceivedBefore(cutoff, housekeepingChunkRows));
+    for (const automationId of stopped ? [] : deliveries.automationIds()) {
+      result.deliveries += await inChunks(() => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
+    }
+    if (!stopped) result.secrets = store.transaction(() => secrets.deleteExpired(now));
+    return result;
+  };
+
+  const runLogged = async (): Promise<void> => {
     try {
-      const deleted = runOnce();
+      const deleted = await runOnce();
       log.debug({ deleted }, "webhook housekeeping done");
     } catch (e) {
       log.error({ err: e }, "webhook housekeeping failed");
     }
   };
 
-  runLogged();
+  const firstPass = runLogged();
   const task = cron.schedule(options.schedule ?? "*/10 * * * *", runLogged, { name: "webhook-housekeeping", noOverlap: true });
   task.unref(); // never what keeps the process alive
   return {
+    firstPass,
     runOnce,
-    stop: () => void task.destroy(),
+    stop: () => {
+      stopped = true;
+      void task.destroy();
+    },
   };
+}
+
+function yieldToRequests(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }

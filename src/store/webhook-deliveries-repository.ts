@@ -63,11 +63,16 @@ export class WebhookDeliveriesRepository {
     this.automationsStmt = db
       .prepare<[], string>("SELECT DISTINCT automation_id FROM webhook_deliveries")
       .pluck();
-    this.keepNewestStmt = db.prepare<[string, string, number]>(
-      `DELETE FROM webhook_deliveries WHERE automation_id = ? AND id <= (
-         SELECT id FROM webhook_deliveries WHERE automation_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)`,
+    // The oldest `limit` entries beyond the newest `keep` of one automation.
+    this.keepNewestStmt = db.prepare<{ automationId: string; keep: number; limit: number }>(
+      `DELETE FROM webhook_deliveries WHERE id IN (
+         SELECT id FROM webhook_deliveries WHERE automation_id = :automationId AND id <= (
+           SELECT id FROM webhook_deliveries WHERE automation_id = :automationId ORDER BY id DESC LIMIT 1 OFFSET :keep)
+         ORDER BY id LIMIT :limit)`,
     );
-    this.deleteOlderStmt = db.prepare<[number]>("DELETE FROM webhook_deliveries WHERE received_at < ?");
+    this.deleteOlderStmt = db.prepare<[number, number]>(
+      "DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE received_at < ? LIMIT ?)",
+    );
     this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_deliveries WHERE automation_id = ?");
   }
 
@@ -94,13 +99,19 @@ export class WebhookDeliveriesRepository {
     return rows.map(toDelivery);
   }
 
-  /** Keeps the newest `perAutomation` deliveries of each automation and none older than `cutoff`. */
-  trim(perAutomation: number, cutoff: number): number {
-    let deleted = this.deleteOlderStmt.run(cutoff).changes;
-    for (const automationId of this.automationsStmt.all()) {
-      deleted += this.keepNewestStmt.run(automationId, automationId, perAutomation).changes;
-    }
-    return deleted;
+  /** Deletes up to `limit` entries received before `cutoff`; returns how many. */
+  deleteReceivedBefore(cutoff: number, limit: number): number {
+    return this.deleteOlderStmt.run(cutoff, limit).changes;
+  }
+
+  /** The automations that have entries. */
+  automationIds(): string[] {
+    return this.automationsStmt.all();
+  }
+
+  /** Deletes up to `limit` of the automation's entries older than its newest `keep`; returns how many. */
+  trimAutomation(automationId: string, keep: number, limit: number): number {
+    return this.keepNewestStmt.run({ automationId, keep, limit }).changes;
   }
 
   deleteFor(automationId: string): void {

@@ -14,7 +14,10 @@ export class WebhookEventsRepository {
     this.insertStmt = db.prepare<[string, string, number, string]>(
       "INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)",
     );
-    this.deleteOlderStmt = db.prepare<[number]>("DELETE FROM webhook_events WHERE received_at < ?");
+    this.deleteOlderStmt = db.prepare<[number, number]>(
+      `DELETE FROM webhook_events WHERE (listener_id, event_id) IN (
+         SELECT listener_id, event_id FROM webhook_events WHERE received_at < ? LIMIT ?)`,
+    );
     this.countStmt = db
       .prepare<[string], number>("SELECT count(*) FROM webhook_events WHERE listener_id = ?")
       .pluck();
@@ -29,9 +32,9 @@ export class WebhookEventsRepository {
     this.insertStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId);
   }
 
-  /** Deletes the records received before `cutoff`; returns how many. */
-  deleteReceivedBefore(cutoff: number): number {
-    return this.deleteOlderStmt.run(cutoff).changes;
+  /** Deletes up to `limit` records received before `cutoff`; returns how many. */
+  deleteReceivedBefore(cutoff: number, limit: number): number {
+    return this.deleteOlderStmt.run(cutoff, limit).changes;
   }
 
   countFor(listenerId: string): number {
