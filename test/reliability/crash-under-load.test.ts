@@ -83,6 +83,7 @@ async function deliver(
   hook: { path: string; endpointUrl: string; secret: string },
   ledger: SenderLedger,
   onAnswer: () => void,
+  onSent: () => void,
 ): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     if (attempt > 500) throw new Error(`event ${event.id} was never answered 200 or 409`);
@@ -91,7 +92,9 @@ async function deliver(
     let status: number;
     let text: string;
     try {
-      const res = await fetch(url + hook.path, { method: "POST", headers: { ...headers }, body: event.body });
+      const sent = fetch(url + hook.path, { method: "POST", headers: { ...headers }, body: event.body });
+      onSent();
+      const res = await sent;
       status = res.status;
       text = await res.text();
     } catch {
@@ -194,8 +197,14 @@ describe("crash under load", () => {
     const onAnswer = () => {
       answered++;
       if (second !== undefined) answeredAfterRestart++;
-      if (answered !== killAfterAnswers) return;
-      inFlightAtKill = inFlight - 1; // the sender that just got its answer is still counted
+    };
+    // The kill lands right after a request went out (so at least that one is never answered),
+    // once `killAfterAnswers` requests were answered.
+    let killed = false;
+    const onSent = () => {
+      if (killed || answered < killAfterAnswers) return;
+      killed = true;
+      inFlightAtKill = inFlight;
       target.down();
       first.cli.child.kill("SIGKILL");
       restarted = (async () => {
@@ -213,7 +222,7 @@ describe("crash under load", () => {
       Array.from({ length: senders }, async () => {
         for (let event = order[next++]; event !== undefined; event = order[next++]) {
           inFlight++;
-          await deliver(event, target, hook, ledger, onAnswer);
+          await deliver(event, target, hook, ledger, onAnswer, onSent);
           inFlight--;
         }
       }),
