@@ -1,20 +1,28 @@
 /**
- * API benchmarks (issue 2), against `accessd serve` in its own process over a SQLite file:
+ * API benchmarks (issues 2 and 7), against `accessd serve` in its own process over a SQLite file:
  *
- * 1. Latency of the first page of an app's entitlements versus a page 99,000 items deep into
- *    100,000 (keyset pagination: the ratio should stay near 1).
+ * 1. Latency of the first page of an app's entitlements versus a page 999,000 items deep into
+ *    1,000,000 (keyset pagination: the ratio should stay near 1). The rows are bulk-inserted into
+ *    the database file in one transaction before the server starts; the deep page's token is
+ *    minted with the server's own page-token key from that file (what walking 9,990 pages would
+ *    end with), and a short walk of 100 pages from there is timed too.
  * 2. Add-owner throughput on one server over REST (autocannon, HTTP/1.1), gRPC (a raw HTTP/2 loop
- *    and @grpc/grpc-js, h2c) and Connect JSON (autocannon), with two floors for scale: /healthz
- *    (HTTP stack only) and a Connect Add refused before the store (Connect stack without SQLite).
+ *    and @grpc/grpc-js, h2c) and Connect JSON (autocannon), each against the same client on a
+ *    no-op Add served by the same stack (bench/support/noop-server.ts: our HttpServer, Connect
+ *    router and REST transcoder, no interceptors, no store), as a ratio; plus two floors for
+ *    scale: /healthz (HTTP stack only) and a Connect Add refused before the store.
  * 3. The server's peak RSS.
  *
  * Run with `npm run bench` (all benches) or `npx tsx bench/api.ts`.
  */
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { connect as http2Connect, constants as h2, type ClientHttp2Session } from "node:http2";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import autocannon from "autocannon";
@@ -22,20 +30,35 @@ import {
   AddAppEntitlementOwnerRequestSchema,
   AddAppEntitlementOwnerResponseSchema,
 } from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
+import { listingFingerprint, PageTokenCodec } from "../src/pagination/index.js";
 import { newId } from "../src/store/ids.js";
 import { Store } from "../src/store/store.js";
 import { startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
 import { phaseSeconds, progress, report, round } from "./support/report.js";
 
-const entitlementCount = 100_000;
-const deepOffset = 99_000;
+const entitlementCount = 1_000_000;
+const deepOffset = 999_000;
 const userCount = 30_000;
 const concurrency = 32;
 const latencySeconds = phaseSeconds(5);
 const throughputSeconds = phaseSeconds(8);
 
+/** Where a load phase goes: accessd, or the no-op server on the same stack. */
+type Target = Pick<AccessdProcess, "url" | "host" | "port" | "headers">;
+
+/** bench/support/noop-server.ts in its own process (the same stack, a no-op Add). */
+async function startNoopServer(): Promise<Target & { stop(): void }> {
+  const script = fileURLToPath(new URL("./support/noop-server.ts", import.meta.url));
+  const child = spawn(process.execPath, ["--import", "tsx", script], { stdio: ["ignore", "pipe", "inherit"] });
+  const [chunk] = (await once(child.stdout, "data")) as [Buffer];
+  const port = Number(chunk.toString().trim());
+  return { url: `http://127.0.0.1:${port}`, host: "127.0.0.1", port, headers: {}, stop: () => child.kill("SIGTERM") };
+}
+
 interface Seeded {
   listAppId: string;
+  /** The nextPageToken a walk ends with just before item `deepOffset`. */
+  deepToken: string;
   ownersAppId: string;
   /** One entitlement per load phase, so each starts with no owners. */
   ownerEntitlements: string[];
@@ -45,7 +68,9 @@ interface Seeded {
 /** Writes the data straight into the database file before the server starts (fast, one transaction each). */
 function seed(database: string, phases: number): Seeded {
   const store = Store.open(database);
+  store.db.pragma("synchronous = OFF"); // bench data, written once; the server opens it as shipped
   const now = Date.now();
+  let deepKey = "";
   const listAppId = newId();
   const ownersAppId = newId();
   const ownerEntitlements: string[] = [];
@@ -55,8 +80,10 @@ function seed(database: string, phases: number): Seeded {
       store.apps.insert({ id, displayName: `Bench ${id}`, description: "", createdAt: now, updatedAt: now });
     }
     for (let i = 0; i < entitlementCount; i++) {
+      const id = newId();
+      if (i === deepOffset - 1) deepKey = id;
       store.appEntitlements.insert({
-        id: newId(),
+        id,
         appId: listAppId,
         displayName: `Entitlement ${i}`,
         description: "benchmark entitlement",
@@ -91,8 +118,10 @@ function seed(database: string, phases: number): Seeded {
       });
     }
   });
+  const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
+  const deepToken = pageTokens.encode(listingFingerprint("app_entitlements", listAppId), deepKey);
   store.close();
-  return { listAppId, ownersAppId, ownerEntitlements, userIds };
+  return { listAppId, deepToken, ownersAppId, ownerEntitlements, userIds };
 }
 
 async function getJson(server: AccessdProcess, path: string): Promise<unknown> {
@@ -101,18 +130,19 @@ async function getJson(server: AccessdProcess, path: string): Promise<unknown> {
   return res.json();
 }
 
-/** Walks pages of 100 until `offset` items have gone by; returns the token that starts there. */
-async function tokenAt(server: AccessdProcess, appId: string, offset: number): Promise<{ token: string; ms: number }> {
+/** Walks `pages` pages of 100 from `token`; returns the time per page. */
+async function walk(server: AccessdProcess, appId: string, from: string, pages: number): Promise<number> {
   const started = performance.now();
-  let token = "";
-  for (let seen = 0; seen < offset; seen += 100) {
+  let token = from;
+  for (let i = 0; i < pages; i++) {
     const page = (await getJson(
       server,
       `/api/v1/apps/${appId}/entitlements?page_size=100&page_token=${encodeURIComponent(token)}`,
     )) as { nextPageToken: string };
+    if (page.nextPageToken === "") throw new Error(`the walk ended after ${i + 1} pages`);
     token = page.nextPageToken;
   }
-  return { token, ms: performance.now() - started };
+  return (performance.now() - started) / pages;
 }
 
 /** autocannon with our default concurrency; any failed request fails the bench unless `refusals` are expected. */
@@ -142,14 +172,16 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 }
 
-async function pageLatency(server: AccessdProcess, appId: string): Promise<void> {
-  progress(`walking to item ${deepOffset} of ${entitlementCount}...`);
-  const deep = await tokenAt(server, appId, deepOffset);
+async function pageLatency(server: AccessdProcess, appId: string, deepToken: string): Promise<void> {
+  const deep = { token: deepToken };
+  progress(`walking 100 pages of 100 from the start and from item ${deepOffset}...`);
+  const walkStart = await walk(server, appId, "", 100);
+  const walkDeep = await walk(server, appId, deepToken, 9);
   report({
-    name: "walk to item 99,000 (990 pages of 100)",
-    value: round(deep.ms / 990, 3),
+    name: "walk, 100 items per page (first 100 pages)",
+    value: round(walkStart, 3),
     unit: "ms/page",
-    note: `${round(deep.ms / 1000, 2)} s in all, one client, sequential`,
+    note: `pages from item ${deepOffset.toLocaleString("en")} to the end (9): ${round(walkDeep, 3)} ms/page; one client, sequential`,
   });
   const base = `${server.url}/api/v1/apps/${appId}/entitlements`;
   const urls = [base, `${base}?page_token=${encodeURIComponent(deep.token)}`] as const;
@@ -191,7 +223,7 @@ function throughputFigure(name: string, rps: number, latencyMs: number, note: st
   report({ name, value: round(rps, 0), unit: "req/s", note: `${note}; mean latency ${round(latencyMs)} ms` });
 }
 
-async function restAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number) {
+async function restAdd(server: Target, s: Seeded, entitlementId: string, seconds: number) {
   return cannon({
     url: server.url,
     duration: seconds,
@@ -206,7 +238,7 @@ async function restAdd(server: AccessdProcess, s: Seeded, entitlementId: string,
   });
 }
 
-async function connectAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number, userIds = s.userIds) {
+async function connectAdd(server: Target, s: Seeded, entitlementId: string, seconds: number, userIds = s.userIds) {
   const refusals = userIds.every((id) => id === "");
   return cannon({
     url: server.url,
@@ -258,7 +290,7 @@ async function closedLoop(seconds: number, call: () => Promise<boolean>): Promis
 }
 
 /** gRPC over one h2c session with hand-framed messages: the lightest client, like autocannon for HTTP/1.1. */
-async function h2GrpcAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number): Promise<LoopResult> {
+async function h2GrpcAdd(server: Target, s: Seeded, entitlementId: string, seconds: number): Promise<LoopResult> {
   const session: ClientHttp2Session = http2Connect(server.url);
   let i = 0;
   const call = () =>
@@ -292,7 +324,7 @@ async function h2GrpcAdd(server: AccessdProcess, s: Seeded, entitlementId: strin
 }
 
 /** gRPC through @grpc/grpc-js (one channel), the client most internal services would use. */
-async function grpcJsAdd(server: AccessdProcess, s: Seeded, entitlementId: string, seconds: number): Promise<LoopResult> {
+async function grpcJsAdd(server: Target, s: Seeded, entitlementId: string, seconds: number): Promise<LoopResult> {
   const client = new grpc.Client(`${server.host}:${server.port}`, grpc.credentials.createInsecure());
   const metadata = new grpc.Metadata();
   for (const [name, value] of Object.entries(server.headers)) metadata.set(name, value);
@@ -328,17 +360,14 @@ async function addOwnerThroughput(server: AccessdProcess, s: Seeded): Promise<vo
   await h2GrpcAdd(server, s, warmE, 1);
   await connectAdd(server, s, warmE, 1);
 
-  const rows: { name: string; rps: number }[] = [];
   progress(`REST Add owner (${throughputSeconds}s, ${concurrency} connections)...`);
   const rest = await restAdd(server, s, restE, throughputSeconds);
   throughputFigure("Add owner, REST (HTTP/1.1, autocannon)", rest.requests.average, rest.latency.mean, `${concurrency} connections`);
-  rows.push({ name: "REST", rps: rest.requests.average });
 
   progress(`gRPC Add owner, raw h2 loop (${throughputSeconds}s, ${concurrency} streams)...`);
   const h2r = await h2GrpcAdd(server, s, h2E, throughputSeconds);
   if (h2r.failed > 0) throw new Error(`gRPC h2 loop: ${h2r.failed} failed calls`);
   throughputFigure("Add owner, gRPC (h2c, raw HTTP/2 loop)", h2r.rps, h2r.meanMs, `${concurrency} concurrent streams, one session`);
-  rows.push({ name: "gRPC h2", rps: h2r.rps });
 
   progress(`gRPC Add owner, @grpc/grpc-js (${throughputSeconds}s, ${concurrency} in flight)...`);
   const gjs = await grpcJsAdd(server, s, grpcJsE, throughputSeconds);
@@ -348,6 +377,30 @@ async function addOwnerThroughput(server: AccessdProcess, s: Seeded): Promise<vo
   progress(`Connect JSON Add owner (${throughputSeconds}s)...`);
   const connect = await connectAdd(server, s, connectE, throughputSeconds);
   throughputFigure("Add owner, Connect JSON (HTTP/1.1, autocannon)", connect.requests.average, connect.latency.mean, `${concurrency} connections`);
+
+  progress(`the same clients against a no-op Add on the same stack (${throughputSeconds}s each)...`);
+  const noop = await startNoopServer();
+  try {
+    await restAdd(noop, s, warmE, 1);
+    await h2GrpcAdd(noop, s, warmE, 1);
+    const noopRest = await restAdd(noop, s, restE, throughputSeconds);
+    const noopH2 = await h2GrpcAdd(noop, s, h2E, throughputSeconds);
+    const noopConnect = await connectAdd(noop, s, connectE, throughputSeconds);
+    for (const [protocol, value, baseline] of [
+      ["REST", rest.requests.average, noopRest.requests.average],
+      ["gRPC (raw h2)", h2r.rps, noopH2.rps],
+      ["Connect JSON", connect.requests.average, noopConnect.requests.average],
+    ] as const) {
+      report({
+        name: `Add owner, ${protocol} / no-op Add on the same stack`,
+        value: round(value / baseline, 3),
+        unit: "x",
+        note: `${round(value, 0)} vs ${round(baseline, 0)} req/s (no-op: same HttpServer, Connect router and REST transcoder, no interceptors, no store)`,
+      });
+    }
+  } finally {
+    noop.stop();
+  }
 
   report({
     name: "gRPC (raw h2) / REST Add-owner throughput",
@@ -380,7 +433,7 @@ async function main(): Promise<void> {
     progress(`seeded in ${round((performance.now() - seedStarted) / 1000, 1)} s`);
     server = await startAccessdProcess(database);
     const startRss = server.rssMiB();
-    await pageLatency(server, seeded.listAppId);
+    await pageLatency(server, seeded.listAppId, seeded.deepToken);
     await addOwnerThroughput(server, seeded);
     const rss = server.peakRssMiB();
     if (rss !== undefined) {

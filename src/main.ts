@@ -55,7 +55,11 @@ export interface StartOptions {
 /** The composition root: config -> store -> services -> server. */
 export async function startAccessd(config: Config, log: Logger, options: StartOptions = {}): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
-  const store = options.store ?? Store.open(config.database);
+  const store =
+    options.store ??
+    Store.open(config.database, {
+      backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
+    });
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
   metrics.observeExecutionsByState(() => store.executions.countByState());
@@ -154,7 +158,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
         housekeeping.stop();
         await server.close();
         await worker.stop(); // the running step finishes; the store closes after it
-        store.close();
+        await store.close();
         log.info("accessd stopped");
       })();
       return closing;

@@ -8,6 +8,7 @@ import { openDatabase, type Database } from "./database.js";
 import { ExecutionsRepository } from "./executions-repository.js";
 import { SettingsRepository } from "./settings-repository.js";
 import { SigningKeysRepository } from "./signing-keys-repository.js";
+import { WalCheckpointer, type WalCheckpointerOptions } from "./wal-checkpointer.js";
 import { UsersRepository } from "./users-repository.js";
 import { WebhookRepositories } from "./webhook-repositories.js";
 
@@ -28,6 +29,7 @@ export class Store {
   readonly signingKeys: SigningKeysRepository;
   readonly assertionJtis: AssertionJtisRepository;
   private readonly pingStmt;
+  private checkpointer: WalCheckpointer | undefined;
 
   constructor(readonly db: Database) {
     this.pingStmt = db.prepare("SELECT 1").pluck();
@@ -44,8 +46,16 @@ export class Store {
     this.assertionJtis = new AssertionJtisRepository(db);
   }
 
-  static open(path: string): Store {
-    return new Store(openDatabase(path));
+  /**
+   * Opens (creating and migrating) the database file. With `backgroundCheckpoints`, a thread of
+   * its own checkpoints the WAL (WalCheckpointer): what the server uses.
+   */
+  static open(path: string, options: { backgroundCheckpoints?: WalCheckpointerOptions } = {}): Store {
+    const store = new Store(openDatabase(path));
+    if (options.backgroundCheckpoints !== undefined && path !== ":memory:") {
+      store.checkpointer = new WalCheckpointer(store.db, options.backgroundCheckpoints);
+    }
+    return store;
   }
 
   /** Runs `fn` in one transaction (IMMEDIATE: takes the write lock at once). */
@@ -58,7 +68,10 @@ export class Store {
     return this.pingStmt.get() === 1;
   }
 
-  close(): void {
+  /** Closes the connection; resolves once the checkpoint thread (if any) has closed its own. */
+  close(): Promise<void> {
+    const stopped = this.checkpointer?.stop() ?? Promise.resolve();
     if (this.db.open) this.db.close();
+    return stopped;
   }
 }

@@ -1,0 +1,83 @@
+import { createRequire } from "node:module";
+import { Worker } from "node:worker_threads";
+import type { Database } from "./database.js";
+
+export interface WalCheckpointerOptions {
+  /** Told when the thread fails; the connection then checkpoints every 1,000 pages again. */
+  onError?: (error: Error) => void;
+  /** Between checkpoints while new frames keep coming (the pause doubles up to 1 s while none do). */
+  busyIntervalMs?: number;
+  /** The request connection's own automatic checkpoint, kept as a backstop (pages). */
+  backstopPages?: number;
+}
+
+/**
+ * Checkpoints the WAL from a thread of its own, so the request thread seldom copies pages into
+ * the database file or waits for a checkpoint's two fsyncs. SQLite's automatic checkpoint runs
+ * inside the COMMIT that takes the WAL past 1,000 pages: under webhook load that was 18 times a
+ * second, each an event-loop stall of 6-9 ms, which set the p99 latency (bench/RESULTS.md).
+ *
+ * Here a second connection, in a worker thread, runs a PASSIVE checkpoint every `busyIntervalMs`
+ * while the WAL grows: PASSIVE never blocks a writer (it takes only the checkpoint lock), and when
+ * it has copied every frame the next write transaction starts the WAL over. Under sustained writes
+ * it seldom finds a moment with every frame copied, so the request connection keeps its own
+ * automatic checkpoint at `backstopPages` (10,000: 40 MB): by then the thread has copied nearly
+ * every frame, so the backstop has little to copy, and it restarts the WAL. Crash-safe at any
+ * point: a checkpoint is SQLite's own atomic operation. If the thread dies, the connection goes
+ * back to SQLite's default of 1,000 pages.
+ */
+export class WalCheckpointer {
+  private readonly worker: Worker;
+  private stopping = false;
+
+  constructor(db: Database, options: WalCheckpointerOptions = {}) {
+    db.pragma(`wal_autocheckpoint = ${options.backstopPages ?? 10_000}`);
+    const workerData = {
+      path: db.name,
+      betterSqlite3: createRequire(import.meta.url).resolve("better-sqlite3"),
+      busyIntervalMs: options.busyIntervalMs ?? 20,
+    };
+    this.worker = new Worker(threadSource, { eval: true, workerData });
+    this.worker.unref();
+    const fail = (error: Error) => {
+      if (this.stopping) return;
+      this.stopping = true;
+      if (db.open) db.pragma("wal_autocheckpoint = 1000");
+      options.onError?.(error);
+    };
+    this.worker.on("error", fail);
+    this.worker.on("exit", (code) => fail(new Error(`the WAL checkpoint thread exited with code ${code}`)));
+  }
+
+  /** Stops the thread (it closes its connection); resolves once it has exited. */
+  stop(): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    this.stopping = true;
+    const exited = new Promise<void>((resolve) => this.worker.once("exit", () => resolve()));
+    this.worker.postMessage("stop");
+    return exited;
+  }
+}
+
+/** The thread (CommonJS, evaluated): its own connection, a PASSIVE checkpoint per tick, closed on any message. */
+const threadSource = `
+const { workerData, parentPort } = require("node:worker_threads");
+const Database = require(workerData.betterSqlite3);
+const db = new Database(workerData.path, { fileMustExist: true });
+db.pragma("synchronous = NORMAL");
+let pause = workerData.busyIntervalMs;
+let lastLog = -1;
+let timer;
+function tick() {
+  const [{ log }] = db.pragma("wal_checkpoint(PASSIVE)");
+  pause = log !== lastLog ? workerData.busyIntervalMs : Math.min(pause * 2, 1000);
+  lastLog = log;
+  timer = setTimeout(tick, pause);
+}
+timer = setTimeout(tick, pause);
+parentPort.on("message", () => {
+  clearTimeout(timer);
+  db.close();
+  parentPort.close();
+});
+`;
