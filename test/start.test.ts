@@ -1,9 +1,12 @@
+import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { request as httpRequest, Agent } from "node:http";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
-import { repoRoot, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { builtCli, repoRoot, listeningPort, spawnBuiltCli, spawnCli, type CliProcess } from "./support/spawn-cli.js";
 
 const dirs: string[] = [];
 const running: CliProcess[] = [];
@@ -100,5 +103,50 @@ describe("npm start (accessd serve)", () => {
     expect(await cli.exited).toEqual({ code: 0, signal: null });
     expect(Date.now() - started).toBeLessThan(4_000);
     agent.destroy();
+  });
+});
+
+/** Throws a message naming the port when something on this machine already listens on it. */
+async function expectPortFree(host: string, port: number): Promise<void> {
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once("error", (e: NodeJS.ErrnoException) =>
+      reject(
+        new Error(
+          e.code === "EADDRINUSE"
+            ? `${host}:${port} is already in use on this machine; the shipped-defaults test needs it free (stop whatever listens there)`
+            : `cannot probe ${host}:${port}: ${e.message}`,
+        ),
+      ),
+    );
+    probe.listen(port, host, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+}
+
+describe("npm start with the shipped defaults (no ACCESSD_* variable)", () => {
+  beforeAll(async () => {
+    // `npm ci` builds dist/ through the prepare script; build it again (about a second), so the
+    // test runs what the sources say now, not what an earlier build left.
+    await promisify(execFile)(join(repoRoot, "node_modules", ".bin", "tsc"), ["-p", "tsconfig.build.json"], { cwd: repoRoot });
+    expect(existsSync(builtCli)).toBe(true);
+  }, 180_000);
+
+  it("serves /healthz on 127.0.0.1:8080, creates ./data/accessd.db in its working directory and exits 0 on SIGTERM", async () => {
+    await expectPortFree("127.0.0.1", 8080);
+    const cwd = tempDir();
+    const cli = spawnBuiltCli(["serve"], {}, cwd); // spawnBuiltCli passes on no ACCESSD_* variable of this process
+    running.push(cli);
+    expect(await listeningPort(cli)).toBe(8080);
+    const listening = cli.stdout().split("\n").find((line) => line.includes("accessd listening")) ?? "";
+    expect(JSON.parse(listening)).toMatchObject({ address: "127.0.0.1", port: 8080, database: "./data/accessd.db" });
+
+    const health = await fetch("http://127.0.0.1:8080/healthz");
+    expect(health.status).toBe(200);
+    expect(existsSync(join(cwd, "data", "accessd.db"))).toBe(true);
+
+    cli.child.kill("SIGTERM");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    expect(cli.stdout()).toContain("accessd stopped");
   });
 });

@@ -54,6 +54,9 @@ export class WalCheckpointer {
     if (this.stopping) return Promise.resolve();
     this.stopping = true;
     const exited = new Promise<void>((resolve) => this.worker.once("exit", () => resolve()));
+    // Unreferenced, the thread would not keep the process alive until it exits, and whoever
+    // awaits this (graceful shutdown) would never resume.
+    this.worker.ref();
     this.worker.postMessage("stop");
     return exited;
   }

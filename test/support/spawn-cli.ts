@@ -20,8 +20,23 @@ export interface CliProcess {
  * only the given ACCESSD_* variables (none inherited from the test's environment).
  */
 export function spawnCli(args: string[], env: Record<string, string>, cwd = repoRoot): CliProcess {
+  return spawnNode(["--import", tsxLoader, `${repoRoot}src/cli/main.ts`, ...args], env, cwd);
+}
+
+/** The built CLI that `npm start` and the `accessd` bin run (`node dist/src/cli/main.js`). */
+export const builtCli = `${repoRoot}dist/src/cli/main.js`;
+
+/**
+ * Runs `node dist/src/cli/main.js <args>` as `npm start` does, with only the given ACCESSD_*
+ * variables (none inherited from the test's environment).
+ */
+export function spawnBuiltCli(args: string[], env: Record<string, string>, cwd = repoRoot): CliProcess {
+  return spawnNode([builtCli, ...args], env, cwd);
+}
+
+function spawnNode(nodeArgs: string[], env: Record<string, string>, cwd: string): CliProcess {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ACCESSD_")));
-  const child = spawn(process.execPath, ["--import", tsxLoader, `${repoRoot}src/cli/main.ts`, ...args], {
+  const child = spawn(process.execPath, nodeArgs, {
     cwd,
     env: { ...inherited, ...env },
     stdio: ["ignore", "pipe", "pipe"],
