@@ -1,4 +1,5 @@
 import * as grpc from "@grpc/grpc-js";
+import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { PassThrough } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
@@ -40,6 +41,38 @@ async function keyClient(alg: ClientKey["alg"] = "EdDSA"): Promise<{ clientId: s
   expect(body.client.authMethod).toBe("PRIVATE_KEY_JWT");
   expect(body.clientSecret ?? "").toBe("");
   return { clientId: body.client.id, key };
+}
+
+/**
+ * POST /auth/v1/token (form-encoded) over a connection from the loopback address `localAddress`:
+ * the server listens on 127.0.0.1 and Linux routes all of 127/8 over lo, so each address is a
+ * distinct TCP peer to the server.
+ */
+function requestTokenFrom(
+  localAddress: string,
+  params: Record<string, string>,
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: Record<string, unknown> }> {
+  const body = new URLSearchParams(params).toString();
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      `${server.url}/auth/v1/token`,
+      {
+        method: "POST",
+        localAddress,
+        agent: false,
+        headers: { "content-type": "application/x-www-form-urlencoded", "content-length": Buffer.byteLength(body) },
+      },
+      (res) => {
+        let text = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => (text += chunk));
+        res.on("error", reject);
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: JSON.parse(text) as Record<string, unknown> }));
+      },
+    );
+    req.on("error", reject);
+    req.end(body);
+  });
 }
 
 async function expectTokenWorksEverywhere(token: string): Promise<void> {
@@ -222,6 +255,18 @@ describe("POST /auth/v1/token with private_key_jwt (RFC 7523)", () => {
     }
   });
 
+  it("answers 401 invalid_client to an assertion whose sub is not the client id, though iss is", async () => {
+    const { clientId, key } = await keyClient();
+    const params = { grant_type: "client_credentials", client_id: clientId, client_assertion_type: jwtBearer };
+    const otherSubject = await signAssertion(key, clientId, tokenUrl, clock.now(), { iss: clientId, sub: "someone-else" });
+    const answer = await requestToken(server, { ...params, client_assertion: otherSubject });
+    expect(answer.status).toBe(401);
+    expect(answer.body).toEqual({ error: "invalid_client", error_description: "client assertion is invalid" });
+    // The same key, issuer and audience with sub = client id is accepted: sub alone was refused.
+    const sameSubject = await signAssertion(key, clientId, tokenUrl, clock.now(), { iss: clientId, sub: clientId });
+    expect((await requestToken(server, { ...params, client_assertion: sameSubject })).status).toBe(200);
+  });
+
   it("answers 401 invalid_client to an assertion for a secret client and 400 to a wrong assertion type", async () => {
     const key = await newClientKey();
     const forSecretClient = await requestToken(server, {
@@ -260,6 +305,28 @@ describe("brute-force limiter", () => {
     expect((await requestToken(server, right)).status).toBe(429);
     clock.advance(50_000);
     expect((await requestToken(server, right)).status).toBe(200);
+  });
+
+  it("answers the 11th failure for one client id with 429 though each failure came from another source address", async () => {
+    // 127.0.0.2 ... 127.0.0.11: one failure per address, ten for the client id.
+    for (let i = 2; i <= 11; i++) {
+      clock.advance(1000);
+      const answer = await requestTokenFrom(`127.0.0.${i}`, wrong);
+      expect(answer.status).toBe(401);
+      expect(answer.body).toEqual({ error: "invalid_client", error_description: "unknown client or wrong client_secret" });
+    }
+    clock.advance(1000);
+    const eleventh = await requestTokenFrom("127.0.0.12", wrong); // an address with no failure at all
+    expect(eleventh.status).toBe(429);
+    expect(eleventh.headers["retry-after"]).toBe("50"); // the first failure leaves the window in 50 s
+    expect(eleventh.body).toEqual({ error: "slow_down", error_description: "too many failed attempts; retry after 50 seconds" });
+    // Even the right secret, from yet another address, waits for the client id's window.
+    const right = { ...wrong, client_secret: testBootstrapClient.clientSecret };
+    expect((await requestTokenFrom("127.0.0.13", right)).status).toBe(429);
+    // The per-address limit is apart: the fresh address may still try another client id.
+    const otherClient = await requestTokenFrom("127.0.0.12", { ...wrong, client_id: "another-client" });
+    expect(otherClient.status).toBe(401);
+    expect(otherClient.body.error).toBe("invalid_client");
   });
 
   it("counts failures per source address across client ids", async () => {

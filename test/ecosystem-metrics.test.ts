@@ -6,6 +6,7 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
+import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
 let server: TestServer;
 beforeAll(async () => {
@@ -26,8 +27,8 @@ function sample(text: string, name: string, labels: Record<string, string> = {})
   return 0;
 }
 
-async function scrape(): Promise<string> {
-  const res = await fetch(`${server.url}/metrics`); // no token: Prometheus scrapes bare
+async function scrape(target: TestServer = server): Promise<string> {
+  const res = await fetch(`${target.url}/metrics`); // no token: Prometheus scrapes bare
   expect(res.status).toBe(200);
   expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
   return res.text();
@@ -115,6 +116,80 @@ describe("/metrics", () => {
     const res = await fetch(`${server.url}/metrics`, { method: "POST" });
     expect(res.status).toBe(405);
     expect(res.headers.get("allow")).toBe("GET");
+  });
+});
+
+/** An execution's state, read over REST. */
+async function executionState(target: TestServer, id: string): Promise<string> {
+  const res = await target.call("GET", `/api/v1/automation_executions/${id}`);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { execution: { state: string } }).execution.state;
+}
+
+describe("/metrics as webhooks and executions move", () => {
+  it("counts an accepted webhook and shows its execution SUCCEEDED", async () => {
+    const own = await startTestServer();
+    try {
+      const before = await scrape(own);
+      expect(before).toContain('accessd_automation_executions{state="SUCCEEDED"} 0');
+      expect(sample(before, "accessd_webhook_verdicts_total", { reason: "accepted", status: "200" })).toBe(0);
+
+      const hook = await createWebhookAutomation(own, { authMethod: "HMAC" });
+      const body = JSON.stringify({ user: "u-1" });
+      const answer = await postWebhook(hook.postUrl, hmacHeaders(hook, body), body);
+      expect(answer.status).toBe(200);
+      const executionId = String(answer.body.executionId);
+      await expect.poll(() => executionState(own, executionId), { timeout: 10_000, interval: 20 }).toBe("SUCCEEDED");
+
+      const after = await scrape(own);
+      expect(sample(after, "accessd_webhook_verdicts_total", { reason: "accepted", status: "200" })).toBe(1);
+      expect(after).toContain('accessd_webhook_verdicts_total{reason="accepted",status="200"} 1');
+      expect(sample(after, "accessd_automation_executions", { state: "SUCCEEDED" })).toBe(1);
+      expect(after).toContain('accessd_automation_executions{state="PENDING"} 0');
+      expect(after).toContain('accessd_automation_executions{state="RUNNING"} 0');
+      expect(after).toContain('accessd_automation_executions{state="FAILED"} 0');
+      expect(sample(after, "accessd_automation_queue_depth")).toBe(0);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("reports the executions waiting in the queue while they wait, and 0 once they finished", async () => {
+    // The worker waits 1 s before each step: three one-step executions take 3 s to drain.
+    const slow = await startTestServer({ testStepDelayMs: 1000 });
+    try {
+      expect(sample(await scrape(slow), "accessd_automation_queue_depth")).toBe(0);
+      const created = await slow.call("POST", "/api/v1/automations", {
+        displayName: "Slow",
+        trigger: { manual: {} },
+        steps: [{ name: "echo", log: { messageCel: "ctx.trigger" } }],
+      });
+      expect(created.status).toBe(200);
+      const automationId = ((await created.json()) as { automation: { id: string } }).automation.id;
+      const executionIds: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const res = await slow.call("POST", `/api/v1/automations/${automationId}/execute`, { context: { i } });
+        expect(res.status).toBe(200);
+        executionIds.push(((await res.json()) as { execution: { id: string } }).execution.id);
+      }
+
+      const waiting = await scrape(slow);
+      expect(sample(waiting, "accessd_automation_queue_depth")).toBe(3);
+      const unfinished =
+        sample(waiting, "accessd_automation_executions", { state: "PENDING" }) +
+        sample(waiting, "accessd_automation_executions", { state: "RUNNING" });
+      expect(unfinished).toBe(3);
+
+      for (const id of executionIds) {
+        await expect.poll(() => executionState(slow, id), { timeout: 15_000, interval: 50 }).toBe("SUCCEEDED");
+      }
+      const drained = await scrape(slow);
+      expect(sample(drained, "accessd_automation_queue_depth")).toBe(0);
+      expect(drained).toContain("accessd_automation_queue_depth 0");
+      expect(sample(drained, "accessd_automation_executions", { state: "SUCCEEDED" })).toBe(3);
+    } finally {
+      await slow.close();
+    }
   });
 });
 

@@ -185,6 +185,44 @@ describe("gRPC health", () => {
     expect(seen).toEqual([Status.SERVING, Status.NOT_SERVING]);
   });
 
+  for (const httpVersion of ["1.1", "2"] as const) {
+    it(`streams SERVING as the first message of a Watch over Connect on HTTP/${httpVersion} without a token`, async () => {
+      const client = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion }));
+      const statuses: Status[] = [];
+      const abort = new AbortController();
+      // A message held back until the stream ends never arrives: the watch stays open, so give up after 5 s.
+      const giveUp = setTimeout(() => abort.abort(), 5_000);
+      const watching = (async () => {
+        for await (const res of client.watch({}, { signal: abort.signal })) {
+          statuses.push(res.status);
+          abort.abort(); // the stream stays open until the server shuts down or the client cancels
+        }
+      })();
+      await expect(watching).rejects.toThrow(/canceled|aborted/);
+      clearTimeout(giveUp);
+      expect(statuses).toEqual([Status.SERVING]);
+    });
+  }
+
+  it("streams SERVING then NOT_SERVING to a Watch over Connect on HTTP/1.1 and ends the stream when the server shuts down", async () => {
+    const own = await startTestServer();
+    const client = createClient(Health, createConnectTransport({ baseUrl: own.url, httpVersion: "1.1" }));
+    const seen: Status[] = [];
+    let closing: Promise<void> | undefined;
+    const abort = new AbortController();
+    const giveUp = setTimeout(() => abort.abort(), 5_000); // no first message: fail now, not at the test timeout
+    try {
+      for await (const res of client.watch({}, { signal: abort.signal })) {
+        seen.push(res.status);
+        if (seen.length === 1) closing = own.close();
+      }
+    } finally {
+      clearTimeout(giveUp);
+      await (closing ?? own.close());
+    }
+    expect(seen).toEqual([Status.SERVING, Status.NOT_SERVING]);
+  });
+
   it("reports SERVICE_UNKNOWN to a Watch of an unknown service", async () => {
     const client = createClient(Health, createGrpcTransport({ baseUrl: server.url }));
     const statuses: Status[] = [];

@@ -1,12 +1,14 @@
-import { generateKeyPairSync } from "node:crypto";
+import { generateKeyPairSync, type KeyObject } from "node:crypto";
+import { once } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawnCli } from "./support/spawn-cli.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
-import { createWebhookAutomation, type WebhookAutomation } from "./support/webhook-fixtures.js";
+import { createWebhookAutomation, startJwksServer, type JwksServer, type WebhookAutomation } from "./support/webhook-fixtures.js";
 
 describe("accessd webhook sign|send", () => {
   let server: TestServer;
@@ -44,5 +46,63 @@ describe("accessd webhook sign|send", () => {
     expect(claims).toMatchObject({ sub: "https://accessd.example.com", aud: url, jti: headers["Webhook-Event-Id"], htm: "POST" });
     expect(claims.htb_s256).toBe("AVq9f1zFei3ZS3WQ8ErYCEJzkF7jPsXOvq5iJ2qX-GI");
     expect(Number(claims.exp) - Number(headers["Webhook-Timestamp"])).toBe(300);
+  });
+});
+
+/** A port nothing listens on right now (the server below must know its URL before it starts). */
+async function freePort(): Promise<number> {
+  const probe = createServer();
+  probe.listen(0, "127.0.0.1");
+  await once(probe, "listening");
+  const { port } = probe.address() as AddressInfo;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
+
+function pemFile(key: KeyObject): string {
+  const path = join(mkdtempSync(join(tmpdir(), "accessd-cli-key-")), "key.pem");
+  writeFileSync(path, key.export({ type: "pkcs8", format: "pem" }));
+  return path;
+}
+
+describe("accessd webhook send --key --kid (JWT listeners)", () => {
+  let server: TestServer;
+  let jwks: JwksServer;
+  let hook: WebhookAutomation;
+
+  beforeAll(async () => {
+    jwks = await startJwksServer();
+    // The CLI signs aud = --url and sub = the URL up to /api/v1/webhooks/incoming/, so the
+    // endpoint URL (from ACCESSD_BASE_URL) must be the address the server really listens on.
+    const port = await freePort();
+    server = await startTestServer({ port, host: "127.0.0.1", baseUrl: `http://127.0.0.1:${port}`, jwksAllowHttp: true });
+    hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+  });
+  afterAll(async () => {
+    await server.close();
+    await jwks.close();
+  });
+
+  it("sends a JWT webhook signed with a PEM key that the server verifies against the listener's JWKS, and exits 0", async () => {
+    expect(hook.endpointUrl).toBe(hook.postUrl);
+    const cli = spawnCli(["webhook", "send", "--url", hook.endpointUrl, "--key", pemFile(jwks.keys.es256), "--kid", "es1", "--data", '{"from":"cli-jwt"}'], {});
+    expect((await cli.exited).code).toBe(0);
+    const match = /^200 (\{"eventId":"[0-9a-f-]{36}","executionId":"[0-9a-f-]{36}"\})\n$/.exec(cli.stdout());
+    expect(match, cli.stdout() + cli.stderr()).not.toBeNull();
+    const { eventId, executionId } = JSON.parse(match?.[1] ?? "{}") as { eventId: string; executionId: string };
+    expect(jwks.requests).toBeGreaterThanOrEqual(1);
+
+    await server.worker.whenIdle();
+    const res = await server.call("GET", `/api/v1/automation_executions/${executionId}`);
+    expect(res.status).toBe(200);
+    const { execution } = (await res.json()) as { execution: { state: string; eventId: string; trigger: unknown } };
+    expect(execution).toMatchObject({ state: "SUCCEEDED", eventId, trigger: { from: "cli-jwt" } });
+  });
+
+  it("exits 1 with the 401 when the key is not the one the JWKS holds for that kid", async () => {
+    const stranger = pemFile(generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey);
+    const cli = spawnCli(["webhook", "send", "--url", hook.endpointUrl, "--key", stranger, "--kid", "es1", "--data", "{}"], {});
+    expect((await cli.exited).code).toBe(1);
+    expect(cli.stdout()).toBe('401 {"code":"unauthenticated","message":"the JWT signature does not verify"}\n');
   });
 });

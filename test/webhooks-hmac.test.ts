@@ -113,13 +113,22 @@ describe("inbound webhooks: HMAC listeners", () => {
     expect(textPlain.status).toBe(400);
   });
 
-  it("answers 400 to a timestamp 301 s old or ahead and to a non-numeric one, and 200 to one 299 s old", async () => {
+  it("answers 400 to a timestamp 301 s old or 302 s ahead and to a non-numeric one, and 200 to one 299 s old", async () => {
     const body = "{}";
-    for (const timestamp of [nowSeconds() - 301, nowSeconds() + 301]) {
+    // The server reads its clock after the client did, in the same second or a later one: a
+    // timestamp behind only gets older (301 or 302 s), one ahead gets closer, so it is sent 302 s
+    // ahead to stay outside the window (302 or 301 s). The exact 300/301 s boundary is tested on
+    // checkTimestamp in webhooks-stages.test.ts.
+    for (const [timestamp, direction] of [
+      [nowSeconds() - 301, "behind"],
+      [nowSeconds() + 302, "ahead of"],
+    ] as const) {
       const answer = await send(body, hmacHeaders(hook, body, { timestamp }));
-      expect(answer.status).toBe(400);
-      expect(answer.body.code).toBe("invalid_argument");
-      expect(answer.body.message).toMatch(/^Webhook-Timestamp is 30[12] s (behind|ahead of) the server time; at most 300 s is accepted$/);
+      expect(answer.status, direction).toBe(400);
+      expect(answer.body.code, direction).toBe("invalid_argument");
+      expect(answer.body.message, direction).toMatch(
+        new RegExp(`^Webhook-Timestamp is 30[12] s ${direction} the server time; at most 300 s is accepted$`),
+      );
     }
     const words = await send(body, { ...hmacHeaders(hook, body), "Webhook-Timestamp": "yesterday" });
     expect(words).toEqual({ status: 400, body: { code: "invalid_argument", message: "Webhook-Timestamp must be a Unix time in seconds" } });
@@ -245,6 +254,31 @@ describe("inbound webhooks: HMAC listeners", () => {
       headers: { authorization: `Bearer ${readOnly}` },
     });
     expect(refused.status).toBe(403);
+  });
+});
+
+describe("inbound webhooks: the timestamp window on the server's clock", () => {
+  it("accepts 300 s either way and refuses 301 s either way, to the second", async () => {
+    const clock = new ManualClock(Date.parse("2026-03-01T12:00:00.500Z"));
+    const server = await startTestServer({}, { clock });
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const body = "{}";
+      const at = (offset: number) => postWebhook(hook.postUrl, hmacHeaders(hook, body, { timestamp: Math.floor(clock.now() / 1000) + offset }), body);
+      for (const [offset, direction] of [
+        [-301, "behind"],
+        [301, "ahead of"],
+      ] as const) {
+        expect(await at(offset), String(offset)).toEqual({
+          status: 400,
+          body: { code: "invalid_argument", message: `Webhook-Timestamp is 301 s ${direction} the server time; at most 300 s is accepted` },
+        });
+      }
+      expect((await at(-300)).status).toBe(200);
+      expect((await at(300)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
   });
 });
 

@@ -1,0 +1,166 @@
+import { randomUUID } from "node:crypto";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import * as compiledExpression from "../src/automations/compiled-expression.js";
+import { startTestServer, type TestServer } from "./support/test-server.js";
+
+interface StepJson {
+  name: string;
+  state: string;
+  output?: unknown;
+  error?: string;
+}
+interface ExecutionJson {
+  id: string;
+  state: string;
+  steps: StepJson[];
+  error?: string;
+}
+
+async function createAutomation(server: TestServer, steps: unknown[]): Promise<string> {
+  const res = await server.call("POST", "/api/v1/automations", { displayName: "CEL", trigger: { manual: {} }, steps });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { automation: { id: string } }).automation.id;
+}
+
+/** Execute, wait for the worker, and the finished execution (steps without timestamps). */
+async function executeToEnd(server: TestServer, automationId: string, context: unknown): Promise<ExecutionJson> {
+  const res = await server.call("POST", `/api/v1/automations/${automationId}/execute`, { context });
+  expect(res.status).toBe(200);
+  const { id } = ((await res.json()) as { execution: { id: string } }).execution;
+  await server.worker.whenIdle();
+  const got = await server.call("GET", `/api/v1/automation_executions/${id}`);
+  expect(got.status).toBe(200);
+  const { execution } = (await got.json()) as { execution: ExecutionJson };
+  return {
+    id,
+    state: execution.state,
+    error: execution.error,
+    steps: execution.steps.map(({ name, state, output, error }) => ({ name, state, output, error })),
+  };
+}
+
+describe("JSON -> CEL values at run time", () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer();
+  });
+  afterAll(() => server.close());
+
+  const steps = [
+    { name: "city", log: { messageCel: "ctx.trigger.user.address.city" } },
+    { name: "address", log: { messageCel: "ctx.trigger.user.address" } },
+    { name: "second", log: { messageCel: "ctx.trigger.list[1]" } },
+    { name: "item_id", log: { messageCel: "ctx.trigger.items[1].id + ':' + string(size(ctx.trigger.items))" } },
+    { name: "flagged", skipIfTrueCel: "ctx.trigger.flag", log: { messageCel: '"flag was false"' } },
+    { name: "unflagged", skipIfTrueCel: "!ctx.trigger.flag", log: { messageCel: '"flag was true"' } },
+    { name: "manager", log: { messageCel: 'ctx.trigger.manager == null ? "no manager" : "manager " + string(ctx.trigger.manager)' } },
+    { name: "count", log: { messageCel: "ctx.trigger.count * 2.0" } },
+  ];
+  const trigger = (flag: boolean, manager: string | null) => ({
+    user: { name: "Ada", address: { city: "Lisbon", zip: "1000-001" } },
+    list: ["a", "b", "c"],
+    items: [{ id: "i-0" }, { id: "i-1" }],
+    flag,
+    manager,
+    count: 21,
+  });
+
+  it("reads a nested object, array elements, a boolean condition and a null compared with == null", async () => {
+    const automationId = await createAutomation(server, steps);
+    const execution = await executeToEnd(server, automationId, trigger(true, null));
+    expect(execution).toEqual({
+      id: execution.id,
+      state: "SUCCEEDED",
+      error: undefined,
+      steps: [
+        { name: "city", state: "SUCCEEDED", output: "Lisbon", error: undefined },
+        { name: "address", state: "SUCCEEDED", output: { city: "Lisbon", zip: "1000-001" }, error: undefined },
+        { name: "second", state: "SUCCEEDED", output: "b", error: undefined },
+        { name: "item_id", state: "SUCCEEDED", output: "i-1:2", error: undefined },
+        { name: "flagged", state: "SKIPPED", output: undefined, error: undefined },
+        { name: "unflagged", state: "SUCCEEDED", output: "flag was true", error: undefined },
+        { name: "manager", state: "SUCCEEDED", output: "no manager", error: undefined },
+        { name: "count", state: "SUCCEEDED", output: 42, error: undefined },
+      ],
+    });
+  });
+
+  it("takes the other branch for flag false and a non-null manager", async () => {
+    const automationId = await createAutomation(server, steps);
+    const execution = await executeToEnd(server, automationId, trigger(false, "u-9"));
+    expect(execution.state).toBe("SUCCEEDED");
+    expect(execution.steps.slice(4)).toEqual([
+      { name: "flagged", state: "SUCCEEDED", output: "flag was false", error: undefined },
+      { name: "unflagged", state: "SKIPPED", output: undefined, error: undefined },
+      { name: "manager", state: "SUCCEEDED", output: "manager u-9", error: undefined },
+      { name: "count", state: "SUCCEEDED", output: 42, error: undefined },
+    ]);
+  });
+});
+
+describe("compiled CEL programs are cached", () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  /** Expressions no other test compiles (the cache is keyed by source text). */
+  function uniqueSteps(): { steps: unknown[]; sources: string[] } {
+    const tag = randomUUID();
+    const sources = [`ctx.trigger.n > 1.0`, `"${tag} " + string(ctx.trigger.n)`, `"${tag} " + (has(ctx.steps.first) ? ctx.first : "skipped")`];
+    return {
+      sources,
+      steps: [
+        { name: "first", skipIfTrueCel: sources[0], log: { messageCel: sources[1] } },
+        { name: "second", log: { messageCel: sources[2] } },
+      ],
+    };
+  }
+
+  /** How often compileExpression ran for each source, in the order of `sources`. */
+  const compilesOf = (spy: { mock: { calls: unknown[][] } }, sources: string[]) =>
+    sources.map((source) => spy.mock.calls.filter(([arg]) => arg === source).length);
+
+  it("compiles each expression once when the automation is saved and never again for its runs", async () => {
+    const server = await startTestServer();
+    try {
+      const compile = vi.spyOn(compiledExpression, "compileExpression");
+      const { steps, sources } = uniqueSteps();
+      const automationId = await createAutomation(server, steps);
+      expect(compilesOf(compile, sources)).toEqual([1, 1, 1]);
+      const seenAfterSave = compile.mock.calls.length;
+
+      for (let n = 0; n < 5; n++) {
+        const execution = await executeToEnd(server, automationId, { n });
+        expect(execution.state).toBe("SUCCEEDED");
+        expect(execution.steps.map((s) => s.state)).toEqual([n > 1 ? "SKIPPED" : "SUCCEEDED", "SUCCEEDED"]);
+      }
+      // Five runs, eight evaluations of the three expressions, and no compilation at all.
+      expect(compile.mock.calls.length).toBe(seenAfterSave);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("compiles each expression at most once for many runs after a restart emptied the cache", async () => {
+    const database = join(mkdtempSync(join(tmpdir(), "accessd-cel-cache-")), "accessd.db");
+    const first = await startTestServer({ database });
+    const { steps, sources } = uniqueSteps();
+    let automationId: string;
+    try {
+      automationId = await createAutomation(first, steps);
+    } finally {
+      await first.close();
+    }
+    const compile = vi.spyOn(compiledExpression, "compileExpression");
+    const second = await startTestServer({ database });
+    try {
+      for (let n = 0; n < 4; n++) expect((await executeToEnd(second, automationId, { n: 0 })).state).toBe("SUCCEEDED");
+      expect(compilesOf(compile, sources)).toEqual([1, 1, 1]);
+    } finally {
+      await second.close();
+    }
+  });
+});
