@@ -29,6 +29,10 @@ interface InProgress {
   context: StepContext;
   /** The next step to run. */
   position: number;
+  /** When it was claimed (its start time unless it was started before a crash). */
+  claimedAt: number;
+  /** Whether the store already says RUNNING (written only when a batch ends part-way through it). */
+  markedRunning: boolean;
 }
 
 interface LogLine {
@@ -85,6 +89,13 @@ export class ExecutionRunner {
           units++;
           if (this.runNextStep(this.current, lines)) this.current = undefined;
         }
+        // An execution claimed and finished within the batch goes from PENDING to its end in one
+        // write; one the batch leaves part-way is recorded RUNNING, so a restart resumes it.
+        const { current } = this;
+        if (current !== undefined && !current.markedRunning) {
+          store.executions.markRunning(current.execution.id, current.claimedAt);
+          current.markedRunning = true;
+        }
       });
     } catch (e) {
       // Rolled back: what `current` holds was not recorded; the next claim reloads it from the store.
@@ -100,7 +111,7 @@ export class ExecutionRunner {
     const { store, clock } = this.options;
     const execution = store.executions.nextUnfinished();
     if (execution === undefined) return undefined;
-    store.executions.markRunning(execution.id, clock.now());
+    const claimedAt = clock.now();
     const steps = this.stepsOf(execution);
     if (steps === undefined) {
       this.finish(execution, "FAILED", `automation version ${execution.automationVersion} no longer exists`);
@@ -119,13 +130,13 @@ export class ExecutionRunner {
     }
     const context = new StepContext(execution.trigger);
     for (const record of done) if (record.output !== undefined) context.addOutput(record.name, record.output);
-    return { execution, steps, context, position: done.length };
+    return { execution, steps, context, position: done.length, claimedAt, markedRunning: execution.state === "RUNNING" };
   }
 
   /** One step, recorded in the batch's transaction (in a savepoint); true when the execution ended with it. */
   private runNextStep(current: InProgress, lines: LogLine[]): boolean {
     const { store, clock, programs } = this.options;
-    const { execution, steps, context, position } = current;
+    const { execution, steps, context, position, claimedAt } = current;
     const step = steps[position];
     if (step === undefined) return true;
     const last = position === steps.length - 1;
@@ -135,8 +146,8 @@ export class ExecutionRunner {
       const finishedAt = clock.now();
       const stepRecord: StepRecord = { position, name: step.name, ...outcome, startedAt, finishedAt };
       store.executions.recordStep(execution.id, stepRecord);
-      if (outcome.state === "FAILED") store.executions.finish(execution.id, "FAILED", stepError(stepRecord), finishedAt);
-      else if (last) store.executions.finish(execution.id, "SUCCEEDED", "", finishedAt);
+      if (outcome.state === "FAILED") store.executions.finish(execution.id, "FAILED", stepError(stepRecord), finishedAt, claimedAt);
+      else if (last) store.executions.finish(execution.id, "SUCCEEDED", "", finishedAt, claimedAt);
       return stepRecord;
     });
     current.position++;

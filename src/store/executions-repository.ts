@@ -115,8 +115,9 @@ export class ExecutionsRepository {
     this.startStmt = db.prepare<[number, string]>(
       "UPDATE automation_executions SET state = 'RUNNING', started_at = coalesce(started_at, ?) WHERE id = ?",
     );
-    this.finishStmt = db.prepare<[ExecutionState, string, number, string]>(
-      "UPDATE automation_executions SET state = ?, error = ?, finished_at = ? WHERE id = ? AND state = 'RUNNING'",
+    this.finishStmt = db.prepare<[ExecutionState, string, number, number, string]>(
+      `UPDATE automation_executions SET state = ?, error = ?, finished_at = ?, started_at = coalesce(started_at, ?)
+       WHERE id = ? AND state IN ('PENDING', 'RUNNING')`,
     );
     this.insertStepStmt = db.prepare<[string, number, string, StepState, string | null, string, number, number]>(
       `INSERT INTO automation_step_executions (execution_id, position, name, state, output, error, started_at, finished_at)
@@ -189,9 +190,12 @@ export class ExecutionsRepository {
     this.startStmt.run(now, id);
   }
 
-  /** RUNNING -> SUCCEEDED or FAILED. False when it was not RUNNING. */
-  finish(id: string, state: "SUCCEEDED" | "FAILED", error: string, now: number): boolean {
-    return this.finishStmt.run(state, error, now, id).changes > 0;
+  /**
+   * PENDING or RUNNING -> SUCCEEDED or FAILED (an execution claimed and finished in one
+   * transaction is never written RUNNING). False when it had finished already.
+   */
+  finish(id: string, state: "SUCCEEDED" | "FAILED", error: string, now: number, startedAt = now): boolean {
+    return this.finishStmt.run(state, error, now, startedAt, id).changes > 0;
   }
 
   /** Records a finished step; throws (SQLITE_CONSTRAINT_PRIMARYKEY) if that step was recorded already. */

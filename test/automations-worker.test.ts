@@ -1,0 +1,112 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { enqueueExecution } from "../src/automations/enqueue-execution.js";
+import { ExecutionRunner } from "../src/automations/execution-runner.js";
+import { ExecutionWorker } from "../src/automations/execution-worker.js";
+import { ProgramCache } from "../src/automations/program-cache.js";
+import type { StepDefinition } from "../src/automations/step-definition.js";
+import { ManualClock } from "../src/clock.js";
+import { createLogger } from "../src/logger.js";
+import { newId } from "../src/store/ids.js";
+import { Store } from "../src/store/store.js";
+
+const log = createLogger("silent");
+const stores: Store[] = [];
+afterEach(async () => {
+  for (const store of stores.splice(0)) await store.close();
+});
+
+const logStep = (name: string): StepDefinition => ({ name, skipIfTrueCel: "", action: { kind: "log", messageCel: "ctx.trigger.n" } });
+
+/** A store holding one manual automation whose `steps` are log steps. */
+function storeWithAutomation(steps: StepDefinition[]): { store: Store; automationId: string } {
+  const store = Store.open(":memory:");
+  stores.push(store);
+  const automationId = newId();
+  store.transaction(() =>
+    store.automations.insert({
+      id: automationId,
+      displayName: "worker test",
+      description: "",
+      trigger: { kind: "manual" },
+      steps,
+      published: false,
+      triggerEnabled: false,
+      version: 1,
+      createdAt: 0,
+      updatedAt: 0,
+    }),
+  );
+  return { store, automationId };
+}
+
+function enqueue(store: Store, automationId: string, n: number): string {
+  return store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } })).executionId;
+}
+
+describe("ExecutionRunner", () => {
+  it("writes an execution claimed and finished in one batch from PENDING straight to SUCCEEDED, never RUNNING", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const clock = new ManualClock(1_000);
+    const runner = new ExecutionRunner({ store, clock, log, programs: new ProgramCache() });
+    const id = enqueue(store, automationId, 1);
+    const markRunning = vi.spyOn(store.executions, "markRunning");
+
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(3); // a claim and two steps
+    expect(markRunning).not.toHaveBeenCalled();
+    expect(store.executions.get(id)).toMatchObject({ state: "SUCCEEDED", startedAt: 1_000, finishedAt: 1_000 });
+  });
+
+  it("records RUNNING when a batch ends part-way through an execution, keeping its first start time", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const clock = new ManualClock(1_000);
+    const runner = new ExecutionRunner({ store, clock, log, programs: new ProgramCache() });
+    const id = enqueue(store, automationId, 1);
+
+    expect(runner.runBatch({ maxUnits: 2, maxMs: 1_000 }, () => false)).toBe(2); // the claim and step "a"
+    expect(store.executions.get(id)).toMatchObject({ state: "RUNNING", startedAt: 1_000 });
+    expect(store.executions.steps(id).map((s) => s.name)).toEqual(["a"]);
+
+    clock.advance(500);
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(1); // step "b"
+    expect(store.executions.get(id)).toMatchObject({ state: "SUCCEEDED", startedAt: 1_000, finishedAt: 1_500 });
+  });
+
+  it("resumes from the store an execution a batch left RUNNING, as after a restart", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const clock = new ManualClock(1_000);
+    const id = enqueue(store, automationId, 1);
+    new ExecutionRunner({ store, clock, log, programs: new ProgramCache() }).runBatch({ maxUnits: 2, maxMs: 1_000 }, () => false);
+
+    const restarted = new ExecutionRunner({ store, clock, log, programs: new ProgramCache() });
+    expect(restarted.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2); // the claim and step "b"
+    expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
+    expect(store.executions.steps(id).map((s) => s.name)).toEqual(["a", "b"]);
+  });
+});
+
+describe("ExecutionWorker", () => {
+  it("lets new executions gather for gatherMs after it is woken, then runs them in one transaction", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 300 });
+    worker.start();
+    await sleep(20); // the worker found nothing and sleeps
+    const transaction = vi.spyOn(store, "transaction");
+
+    const ids = [enqueue(store, automationId, 1)];
+    worker.notify();
+    await sleep(100);
+    ids.push(enqueue(store, automationId, 2), enqueue(store, automationId, 3));
+    worker.notify();
+    await sleep(100);
+    expect(ids.map((id) => store.executions.get(id)?.state)).toEqual(["PENDING", "PENDING", "PENDING"]);
+    const before = transaction.mock.calls.length;
+
+    await worker.whenIdle();
+    expect(ids.map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]);
+    // One batch: its transaction and a savepoint per step (nested calls), then an empty batch that found nothing.
+    const topLevel = transaction.mock.calls.length - before - ids.length;
+    expect(topLevel).toBeLessThanOrEqual(2);
+    await worker.stop();
+  });
+});
