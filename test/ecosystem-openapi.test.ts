@@ -266,6 +266,12 @@ describe("/openapi.json", () => {
     expect(served.paths["/auth/v1/token"]?.["post"]?.security).toEqual([]);
   });
 
+  it("documents every status of the token endpoint, with Retry-After on 429", () => {
+    const token = served.paths["/auth/v1/token"]?.["post"] as { responses: Record<string, { headers?: Record<string, unknown> }> };
+    expect(Object.keys(token.responses).sort()).toEqual(["200", "400", "401", "413", "429"]);
+    expect(Object.keys(token.responses["429"]?.headers ?? {})).toEqual(["Retry-After"]);
+  });
+
   it("documents the webhook endpoint with its headers and status codes", () => {
     const webhook = served.paths["/api/v1/webhooks/incoming/{listener_id}"]?.["post"];
     expect(webhook).toBeDefined();

@@ -1,4 +1,7 @@
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
 import { ManualClock } from "../src/clock.js";
@@ -376,6 +379,36 @@ describe("inbound webhooks: secret rotation", () => {
       expect(missing.status).toBe(404);
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe("inbound webhooks: event-record retention (ACCESSD_EVENT_RETENTION)", () => {
+  it("forgets event records older than the retention when the expiry task runs at start, and keeps newer ones", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-retention-"));
+    const clock = new ManualClock(Date.now());
+    const config = { database: join(dir, "accessd.db"), eventRetentionMs: 3_600_000 };
+    const seconds = () => Math.floor(clock.now() / 1000);
+    const body = '{"n":1}';
+    let server = await startTestServer(config, { clock });
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const send = (url: string, eventId: string) => postWebhook(url, hmacHeaders(hook, body, { eventId, timestamp: seconds() }), body);
+      const old = randomUUID();
+      expect((await send(hook.postUrl, old)).status).toBe(200);
+      clock.advance(2 * 3_600_000); // the first record is now older than the retention
+      const recent = randomUUID();
+      expect((await send(hook.postUrl, recent)).status).toBe(200);
+      expect((await send(hook.postUrl, old)).status).toBe(409); // not expired until the task runs
+
+      await server.close();
+      server = await startTestServer(config, { clock }); // the task runs once at start
+      const postUrl = `${server.url}/api/v1/webhooks/incoming/${hook.listenerId}`;
+      expect((await send(postUrl, old)).status).toBe(200); // its record was deleted: a new event
+      expect((await send(postUrl, recent)).status).toBe(409); // kept
+    } finally {
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

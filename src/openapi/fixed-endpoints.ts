@@ -35,7 +35,7 @@ export const fixedSchemas: Readonly<Record<string, Schema>> = {
     properties: {
       error: {
         type: "string",
-        enum: ["invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope"],
+        enum: ["invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope", "slow_down"],
       },
       error_description: { type: "string" },
     },
@@ -134,6 +134,12 @@ function tokenOperation(): Schema {
       },
       "400": { description: "Malformed request or unsupported grant type.", content: oauthError },
       "401": { description: "Client authentication failed.", content: oauthError },
+      "413": { description: "Body larger than the token endpoint accepts.", content: oauthError },
+      "429": {
+        description: "Too many failed attempts for this client id or source address (error slow_down).",
+        headers: { "Retry-After": { description: "Seconds to wait before trying again.", schema: { type: "integer" } } },
+        content: oauthError,
+      },
     },
   };
 }
