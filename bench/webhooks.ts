@@ -88,12 +88,15 @@ class PacedConnection {
   private readonly socket: Socket;
   private pending: Buffer = Buffer.alloc(0);
   private answered: ((status: number) => void) | undefined;
+  /** Closed by either side (the server closes keep-alive connections idle for 5 s). */
+  closed = false;
 
   constructor(host: string, port: number, onClose: () => void) {
     this.socket = createConnection({ host, port, noDelay: true });
     this.socket.on("data", (chunk: Buffer) => this.read(chunk));
     this.socket.on("error", () => {});
     this.socket.on("close", () => {
+      this.closed = true;
       this.answered?.(0);
       onClose();
     });
@@ -148,6 +151,7 @@ async function pacedRun(label: string, url: string, path: string, headersFor: ()
   };
   const send = (due: number) => {
     let connection = idle.pop();
+    while (connection?.closed === true) connection = idle.pop();
     if (connection === undefined) {
       connection = new PacedConnection(hostname, Number(port), () => {});
       all.push(connection);
