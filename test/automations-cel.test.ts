@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import * as compiledExpression from "../src/automations/compiled-expression.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
@@ -161,6 +161,7 @@ describe("compiled CEL programs are cached", () => {
       expect(compilesOf(compile, sources)).toEqual([1, 1, 1]);
     } finally {
       await second.close();
+      rmSync(dirname(database), { recursive: true, force: true });
     }
   });
 });

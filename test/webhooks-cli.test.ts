@@ -1,6 +1,6 @@
 import { generateKeyPairSync, type KeyObject } from "node:crypto";
 import { once } from "node:events";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -30,8 +30,7 @@ describe("accessd webhook sign|send", () => {
   });
 
   it("prints the headers of a JWT webhook with every claim", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-cli-key-"));
-    const pem = join(dir, "key.pem");
+    const pem = join(keyDir(), "key.pem");
     writeFileSync(pem, generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ type: "pkcs8", format: "pem" }));
     const url = "https://accessd.example.com/api/v1/webhooks/incoming/abc";
     const cli = spawnCli(["webhook", "sign", "--url", url, "--data", '{"a":1}', "--key", pem, "--kid", "k1"], {});
@@ -49,6 +48,18 @@ describe("accessd webhook sign|send", () => {
   });
 });
 
+const keyDirs: string[] = [];
+afterAll(() => {
+  for (const dir of keyDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A temporary folder for a PEM key, removed after the tests. */
+function keyDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "accessd-cli-key-"));
+  keyDirs.push(dir);
+  return dir;
+}
+
 /** A port nothing listens on right now (the server below must know its URL before it starts). */
 async function freePort(): Promise<number> {
   const probe = createServer();
@@ -60,7 +71,7 @@ async function freePort(): Promise<number> {
 }
 
 function pemFile(key: KeyObject): string {
-  const path = join(mkdtempSync(join(tmpdir(), "accessd-cli-key-")), "key.pem");
+  const path = join(keyDir(), "key.pem");
   writeFileSync(path, key.export({ type: "pkcs8", format: "pem" }));
   return path;
 }

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, statSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -170,6 +170,7 @@ describe("secret store", () => {
     expect(statSync(dataKeyFilePath(db)).mode & 0o777).toBe(0o600);
     expect(resolveDataKey(undefined, db).equals(key)).toBe(true);
     expect(readFileSync(dataKeyFilePath(db), "utf8").trim()).toBe(key.toString("base64url"));
+    rmSync(dir, { recursive: true, force: true });
   });
 });
 

@@ -1,0 +1,39 @@
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { newId } from "../src/store/ids.js";
+import { Store } from "../src/store/store.js";
+
+const dir = mkdtempSync(join(tmpdir(), "accessd-wal-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe("WAL checkpoints from their own thread", () => {
+  it("copies committed pages into the database file without the writing connection checkpointing, and close() waits for the thread", async () => {
+    const path = join(dir, "accessd.db");
+    const store = Store.open(path, { backgroundCheckpoints: { busyIntervalMs: 5 } });
+    // The writing connection's own automatic checkpoint only comes at 10,000 pages (40 MB).
+    expect(store.db.pragma("wal_autocheckpoint", { simple: true })).toBe(10_000);
+    const sizeBefore = statSync(path).size;
+    for (let batch = 0; batch < 20; batch++) {
+      store.transaction(() => {
+        for (let i = 0; i < 100; i++) {
+          const now = Date.now();
+          store.apps.insert({ id: newId(), displayName: `app ${batch}-${i}`, description: "x".repeat(200), createdAt: now, updatedAt: now });
+        }
+      });
+    }
+    const walFrames = statSync(`${path}-wal`).size;
+    expect(walFrames).toBeGreaterThan(100 * 4096);
+
+    const deadline = Date.now() + 5_000;
+    while (statSync(path).size <= sizeBefore && Date.now() < deadline) await sleep(10);
+    expect(statSync(path).size).toBeGreaterThan(sizeBefore + 100 * 4096);
+
+    await store.close(); // resolves only once the thread has closed its connection
+    const reopened = Store.open(path);
+    expect(reopened.db.prepare("SELECT count(*) FROM apps").pluck().get()).toBe(2_000);
+    await reopened.close();
+  });
+});
