@@ -392,7 +392,7 @@ try {
     name: `HMAC latency at half the maximum rate (${halfRate} req/s), p99`,
     value: half.p99,
     unit: "ms",
-    note: `p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s, open loop at even intervals (raw keep-alive connections), latency from each request's due time; ${body.length}-byte body; drained ${round(half.drainSeconds ?? 0, 2)} s after`,
+    note: `p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s, open loop at even intervals (raw keep-alive connections), latency from each request's due time; ${body.length}-byte body; drained ${round(half.drainSeconds ?? 0, 2)} s after; the bare node:http server with the same client at the same rate: p50 ${bareHalf.p50} ms, p99 ${bareHalf.p99} ms`,
   });
   report({
     name: "executions run to SUCCEEDED (all phases)",
