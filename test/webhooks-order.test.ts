@@ -254,13 +254,19 @@ describe("inbound webhooks: a JWKS that misbehaves", () => {
     }
   });
 
-  it("answers a prompt 401, never a 500, when the JWKS answers 500, is not JSON, or is larger than the cap", async () => {
-    for (const path of ["/500", "/html", "/big", "/big-chunked"]) {
+  it("answers a prompt 401, never a 500, naming what is wrong, when the JWKS answers 500, is not JSON, or is larger than the cap", async () => {
+    const cases = [
+      { path: "/500", reason: "jwks_http_status", message: "the listener's JWKS URL answered HTTP 500" },
+      { path: "/html", reason: "jwks_invalid", message: "the listener's JWKS document is not JSON" },
+      { path: "/big", reason: "jwks_too_large", message: "the listener's JWKS document is larger than 65536 bytes" },
+      { path: "/big-chunked", reason: "jwks_too_large", message: "the listener's JWKS document is larger than 65536 bytes" },
+    ];
+    for (const { path, reason, message } of cases) {
       const { answer, ms, hook } = await send(path);
-      expect({ path, ...answer }).toEqual({ path, status: 401, body: { code: "unauthenticated", message: "the listener's JWKS could not be fetched" } });
+      expect({ path, ...answer }).toEqual({ path, status: 401, body: { code: "unauthenticated", message } });
       expect(ms, path).toBeLessThan(4_000);
       expect(await executionCount(server, hook.id), path).toBe(0);
-      expect(await deliveries(server, hook.id), path).toEqual([{ status: 401, reason: "jwks_unreachable" }]);
+      expect(await deliveries(server, hook.id), path).toEqual([{ status: 401, reason }]);
     }
   });
 });

@@ -24,13 +24,10 @@ import type { StepDefinition } from "../automations/step-definition.js";
 import type { TriggerConfig, WebhookAuthMethod as AuthMethod } from "../automations/trigger-config.js";
 import type { Automation as AutomationRecord } from "../store/automations-repository.js";
 import type { Execution, ExecutionState, StepRecord } from "../store/executions-repository.js";
+import { webhookEndpointUrl } from "../webhooks/endpoint-url.js";
 import { invalidArgument } from "./errors.js";
 
 /** Automations and executions: protobuf messages <-> store records. */
-
-export function webhookEndpointUrl(baseUrl: string, listenerId: string): string {
-  return `${baseUrl}/api/v1/webhooks/incoming/${listenerId}`;
-}
 
 export function automationMessage(a: AutomationRecord, baseUrl: string): Automation {
   return create(AutomationSchema, {

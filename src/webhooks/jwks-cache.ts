@@ -49,16 +49,40 @@ export class JwksCache {
 }
 
 export class JwksTooLargeError extends Error {
-  constructor(limit: number) {
+  constructor(readonly limit: number) {
     super(`the JWKS document is larger than ${limit} bytes`);
     this.name = "JwksTooLargeError";
   }
 }
 
-/** fetch that reads at most `limit` bytes of the body (jose's timeout signal covers the reading too). */
+/** The JWKS URL answered with a status other than 200. */
+export class JwksHttpStatusError extends Error {
+  constructor(readonly status: number) {
+    super(`the JWKS URL answered HTTP ${status}`);
+    this.name = "JwksHttpStatusError";
+  }
+}
+
+/** The JWKS document is not JSON. */
+export class JwksNotJsonError extends Error {
+  constructor() {
+    super("the JWKS document is not JSON");
+    this.name = "JwksNotJsonError";
+  }
+}
+
+/**
+ * fetch that reads at most `limit` bytes of the body (jose's timeout signal covers the reading
+ * too), and names what is wrong with an answer that is not a JSON document, so that the delivery
+ * log can tell a JWKS that is down from one that answers badly.
+ */
 function cappedFetch(limit: number): FetchImplementation {
   return async (url, init) => {
     const response = await fetch(url, init);
+    if (response.status !== 200) {
+      await response.body?.cancel();
+      throw new JwksHttpStatusError(response.status);
+    }
     const declared = Number(response.headers.get("content-length"));
     if (Number.isFinite(declared) && declared > limit) {
       await response.body?.cancel();
@@ -73,6 +97,12 @@ function cappedFetch(limit: number): FetchImplementation {
         chunks.push(chunk);
       }
     }
-    return new Response(Buffer.concat(chunks, size), { status: response.status, headers: response.headers });
+    const document = Buffer.concat(chunks, size);
+    try {
+      JSON.parse(document.toString("utf8"));
+    } catch {
+      throw new JwksNotJsonError();
+    }
+    return new Response(document, { status: response.status, headers: response.headers });
   };
 }

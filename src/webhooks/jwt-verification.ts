@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type ProtectedHeaderParameters } from "jose";
-import type { JwksCache } from "./jwks-cache.js";
+import { JwksHttpStatusError, JwksNotJsonError, JwksTooLargeError, type JwksCache } from "./jwks-cache.js";
 import { unauthenticated, type Rejection } from "./rejection.js";
 
 /** Spec 5.2: RS256, ES256 and EdDSA only; never `none` or an HMAC algorithm. */
@@ -109,6 +109,15 @@ function rejectionOf(e: unknown): Rejection {
   }
   if (e instanceof errors.JWKSInvalid || e instanceof errors.JWKInvalid || e instanceof errors.JOSENotSupported) {
     return unauthenticated("jwks_invalid", "the listener's JWKS holds no usable key for this JWT");
+  }
+  if (e instanceof JwksTooLargeError) {
+    return unauthenticated("jwks_too_large", `the listener's JWKS document is larger than ${e.limit} bytes`);
+  }
+  if (e instanceof JwksHttpStatusError) {
+    return unauthenticated("jwks_http_status", `the listener's JWKS URL answered HTTP ${e.status}`);
+  }
+  if (e instanceof JwksNotJsonError) {
+    return unauthenticated("jwks_invalid", "the listener's JWKS document is not JSON");
   }
   return unauthenticated("jwks_unreachable", "the listener's JWKS could not be fetched");
 }
