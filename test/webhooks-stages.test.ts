@@ -9,8 +9,10 @@ import { housekeepingChunkRows, startWebhookHousekeeping } from "../src/jobs/web
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
 import { dataKeyFilePath, resolveDataKey } from "../src/webhooks/data-key.js";
+import { DeliveryLog } from "../src/webhooks/delivery-log.js";
 import { checkEventId } from "../src/webhooks/event-id.js";
 import { hmacKey, hmacSignature, verifyHmacSignature } from "../src/webhooks/hmac-signature.js";
+import type { DeliveryFacts } from "../src/webhooks/pipeline.js";
 import { Rejection } from "../src/webhooks/rejection.js";
 import { SecretCipher } from "../src/webhooks/secret-cipher.js";
 import { WebhookSecretStore } from "../src/webhooks/secret-store.js";
@@ -280,6 +282,39 @@ describe("housekeeping job", () => {
     // 3 chunks of events and 3 of deliveries: the event loop turned between them.
     expect(turns).toBeGreaterThanOrEqual(4);
     job.stop();
+    store.close();
+  });
+});
+
+describe("delivery log", () => {
+  it("logs at most refusalsPerSecond refusals per automation and second, and every acceptance", () => {
+    const store = Store.open(":memory:");
+    const clock = new ManualClock(1_700_000_000_000);
+    const log = new DeliveryLog(store.webhooks.deliveries, { clock, refusalsPerSecond: 5 });
+    const facts = (automationId: string): DeliveryFacts => ({
+      automationId,
+      eventId: "",
+      sourceIp: "203.0.113.9",
+      sizeBytes: 2,
+      receivedAt: clock.now(),
+      bodyConsumed: true,
+    });
+    const refused = { status: 401, reason: "signature_mismatch", executionId: "" };
+    const rows = (automationId: string) => store.webhooks.deliveries.listBefore(automationId, undefined, 100);
+
+    for (let i = 0; i < 8; i++) log.record(facts("a"), refused);
+    expect(rows("a")).toHaveLength(5); // the flood beyond the bucket is not stored
+    log.record(facts("a"), { status: 200, reason: "accepted", executionId: "x" });
+    expect(rows("a")).toHaveLength(6); // an acceptance always is
+    for (let i = 0; i < 3; i++) log.record(facts("b"), refused);
+    expect(rows("b")).toHaveLength(3); // each automation has its own budget
+
+    clock.advance(400); // two refusals' worth
+    for (let i = 0; i < 3; i++) log.record(facts("a"), refused);
+    expect(rows("a")).toHaveLength(8);
+    clock.advance(60_000); // the bucket refills to its size, not beyond
+    for (let i = 0; i < 8; i++) log.record(facts("a"), refused);
+    expect(rows("a")).toHaveLength(13);
     store.close();
   });
 });

@@ -1,3 +1,4 @@
+import type { Clock } from "../clock.js";
 import { newId } from "../store/ids.js";
 import type { WebhookDeliveriesRepository } from "../store/webhook-deliveries-repository.js";
 import type { DeliveryFacts } from "./pipeline.js";
@@ -8,16 +9,38 @@ export interface DeliveryVerdict {
   executionId: string;
 }
 
+export interface DeliveryLogOptions {
+  clock: Clock;
+  /**
+   * Refusals logged per automation and second, at most (a bucket that holds as many). The
+   * housekeeping job trims the log every 10 minutes; between two trims a flood of refused requests
+   * on a leaked listener id would otherwise add a row per request. The refusals past the bound are
+   * still counted in /metrics (accessd_webhook_verdicts_total); acceptances are always logged.
+   */
+  refusalsPerSecond: number;
+}
+
+export const defaultRefusalsPerSecond = 100;
+
+/** Most automations whose refusal budget is remembered; past it the budgets start over. */
+const maxBudgets = 10_000;
+
 /**
  * Every request's verdict on a known listener, for Super Admins (ListWebhookDeliveries). Requests
  * to unknown listeners are not stored: they belong to no automation, and storing them would let
- * anyone fill the table.
+ * anyone fill the table. Refusals are logged up to a rate per automation (see DeliveryLogOptions).
  */
 export class DeliveryLog {
-  constructor(private readonly deliveries: WebhookDeliveriesRepository) {}
+  private readonly budgets = new Map<string, { tokens: number; refilledAt: number }>();
+
+  constructor(
+    private readonly deliveries: WebhookDeliveriesRepository,
+    private readonly options: DeliveryLogOptions,
+  ) {}
 
   record(facts: DeliveryFacts, verdict: DeliveryVerdict): void {
     if (facts.automationId === undefined) return;
+    if (verdict.status !== 200 && !this.takeRefusalToken(facts.automationId)) return;
     this.deliveries.insert({
       id: newId(),
       automationId: facts.automationId,
@@ -29,5 +52,21 @@ export class DeliveryLog {
       receivedAt: facts.receivedAt,
       executionId: verdict.executionId,
     });
+  }
+
+  private takeRefusalToken(automationId: string): boolean {
+    const { refusalsPerSecond, clock } = this.options;
+    const now = clock.now();
+    let budget = this.budgets.get(automationId);
+    if (budget === undefined) {
+      if (this.budgets.size >= maxBudgets) this.budgets.clear();
+      budget = { tokens: refusalsPerSecond, refilledAt: now };
+      this.budgets.set(automationId, budget);
+    }
+    budget.tokens = Math.min(refusalsPerSecond, budget.tokens + ((now - budget.refilledAt) / 1000) * refusalsPerSecond);
+    budget.refilledAt = now;
+    if (budget.tokens < 1) return false;
+    budget.tokens -= 1;
+    return true;
   }
 }

@@ -3,7 +3,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
 import type { Store } from "../store/store.js";
-import { DeliveryLog } from "./delivery-log.js";
+import { DeliveryLog, defaultRefusalsPerSecond } from "./delivery-log.js";
 import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
 import { GroupCommit } from "./group-commit.js";
 import { webhookTriggerHooks } from "./hooks.js";
@@ -41,6 +41,8 @@ export interface WebhooksOptions {
   jwks?: Partial<JwksCacheOptions>;
   /** Told every request's verdict reason and status (the /metrics counter). */
   onVerdict?: VerdictObserver;
+  /** Refusals written to the delivery log per automation and second, at most (default 100). */
+  deliveryLogRefusalsPerSecond?: number;
 }
 
 export interface Webhooks {
@@ -63,7 +65,10 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     hmacKeys: (automationId) => secrets.validKeys(automationId),
     jwks: new JwksCache(options.jwks),
     accept: (event, inTransaction) => acceptance.accept(event, inTransaction),
-    deliveries: new DeliveryLog(store.webhooks.deliveries),
+    deliveries: new DeliveryLog(store.webhooks.deliveries, {
+      clock,
+      refusalsPerSecond: options.deliveryLogRefusalsPerSecond ?? defaultRefusalsPerSecond,
+    }),
   });
   return {
     route: webhookRoute(pipeline, options.log, options.onVerdict),
