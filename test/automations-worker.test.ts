@@ -72,6 +72,21 @@ describe("ExecutionRunner", () => {
     expect(store.executions.get(id)).toMatchObject({ state: "SUCCEEDED", startedAt: 1_000, finishedAt: 1_500 });
   });
 
+  it("runs executions in the order they were created, one after the other", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const clock = new ManualClock(1_000);
+    const runner = new ExecutionRunner({ store, clock, log, programs: new ProgramCache() });
+    const ids = [1, 2, 3].map((n) => enqueue(store, automationId, n));
+    const finished: string[] = [];
+    for (let batch = 0; batch < 3; batch++) {
+      clock.advance(1);
+      runner.runBatch({ maxUnits: 2, maxMs: 1_000 }, () => false); // one claim and its one step
+      finished.push(...ids.filter((id) => store.executions.get(id)?.state === "SUCCEEDED" && !finished.includes(id)));
+    }
+    expect(finished).toEqual(ids);
+    expect(ids.map((id) => store.executions.get(id)?.finishedAt)).toEqual([1_001, 1_002, 1_003]);
+  });
+
   it("resumes from the store an execution a batch left RUNNING, as after a restart", () => {
     const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
     const clock = new ManualClock(1_000);
