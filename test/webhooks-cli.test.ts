@@ -117,3 +117,32 @@ describe("accessd webhook send --key --kid (JWT listeners)", () => {
     expect(cli.stdout()).toBe('401 {"code":"unauthenticated","message":"the JWT signature does not verify"}\n');
   });
 });
+
+describe("accessd webhook send --aud (a listener reached through another address)", () => {
+  let server: TestServer;
+  let jwks: JwksServer;
+  let hook: WebhookAutomation;
+
+  beforeAll(async () => {
+    jwks = await startJwksServer();
+    // The endpoint URL the service shows (ACCESSD_BASE_URL) is not the address the test reaches it at.
+    server = await startTestServer({ baseUrl: "https://accessd.example.com", jwksAllowHttp: true });
+    hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+  });
+  afterAll(async () => {
+    await server.close();
+    await jwks.close();
+  });
+
+  it("signs aud and sub for the endpoint URL the service shows while posting to --url", async () => {
+    expect(hook.endpointUrl).not.toBe(hook.postUrl);
+    const key = pemFile(jwks.keys.es256);
+    const cli = spawnCli(["webhook", "send", "--url", hook.postUrl, "--aud", hook.endpointUrl, "--key", key, "--kid", "es1", "--data", "{}"], {});
+    expect((await cli.exited).code, cli.stdout() + cli.stderr()).toBe(0);
+    expect(cli.stdout()).toMatch(/^200 \{"eventId"/);
+
+    const unaddressed = spawnCli(["webhook", "send", "--url", hook.postUrl, "--key", key, "--kid", "es1", "--data", "{}"], {});
+    expect((await unaddressed.exited).code).toBe(1);
+    expect(unaddressed.stdout()).toMatch(/^401 \{"code":"unauthenticated","message":"JWT claim (aud|sub) has the wrong value"\}/);
+  });
+});

@@ -13,6 +13,7 @@ interface SignFlags {
   eventId?: string;
   timestamp?: string;
   baseUrl?: string;
+  aud?: string;
 }
 
 /** `accessd webhook sign|send`: sign (and send) a webhook the way a sender must, to test an integration. */
@@ -45,7 +46,8 @@ function withSigningOptions(command: Command): Command {
     .addOption(new Option("--alg <alg>", "JWT algorithm (default: from the key)").choices(["RS256", "ES256", "EdDSA"]))
     .option("--event-id <uuid>", "Webhook-Event-Id (default: a new UUID v4)")
     .option("--timestamp <seconds>", "Webhook-Timestamp (default: now)")
-    .option("--base-url <url>", "JWT sub (default: the URL up to /api/v1/webhooks/incoming/)");
+    .option("--aud <url>", "JWT aud: the endpoint URL the service shows, when --url differs (a proxy, a tunnel)")
+    .option("--base-url <url>", "JWT sub (default: the aud up to /api/v1/webhooks/incoming/)");
 }
 
 async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders; body: Buffer }> {
@@ -67,6 +69,7 @@ async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders
       kid: flags.kid,
       alg: flags.alg ?? algorithmOf(privateKey),
       baseUrl: flags.baseUrl,
+      audience: flags.aud,
     });
     return { headers, body };
   }

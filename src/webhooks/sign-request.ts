@@ -41,13 +41,16 @@ export interface JwtSigningKey {
   lifetimeSeconds?: number;
   /** Default: the URL up to /api/v1/webhooks/incoming/. */
   baseUrl?: string;
+  /** The `aud`: the listener's endpoint URL as the service shows it. Default: the URL sent to. */
+  audience?: string;
 }
 
 /** Headers for a JWT listener (spec 5.2): a bearer JWT with sub, aud, exp, jti, htm and htb_s256. */
 export async function signJwtWebhook(request: WebhookToSign, key: JwtSigningKey): Promise<SignedHeaders> {
   const headers = baseHeaders(request);
-  const sub = key.baseUrl ?? baseUrlOfEndpoint(request.url);
-  if (sub === undefined) throw new Error(`${request.url} is not a webhook endpoint URL (…/api/v1/webhooks/incoming/<id>)`);
+  const aud = key.audience ?? request.url;
+  const sub = key.baseUrl ?? baseUrlOfEndpoint(aud);
+  if (sub === undefined) throw new Error(`${aud} is not a webhook endpoint URL (…/api/v1/webhooks/incoming/<id>)`);
   const alg = key.alg ?? algorithmOf(key.privateKey);
   const now = Number(headers["Webhook-Timestamp"]);
   const jwt = await new SignJWT({
@@ -56,7 +59,7 @@ export async function signJwtWebhook(request: WebhookToSign, key: JwtSigningKey)
   })
     .setProtectedHeader({ alg, kid: key.kid, typ: "JWT" })
     .setSubject(sub)
-    .setAudience(request.url)
+    .setAudience(aud)
     .setJti(headers["Webhook-Event-Id"])
     .setIssuedAt(now)
     .setExpirationTime(now + (key.lifetimeSeconds ?? 300))
