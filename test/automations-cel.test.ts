@@ -4,20 +4,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import * as compiledExpression from "../src/automations/compiled-expression.js";
+import type { ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
-interface StepJson {
-  name: string;
-  state: string;
-  output?: unknown;
-  error?: string;
-}
-interface ExecutionJson {
-  id: string;
-  state: string;
-  steps: StepJson[];
-  error?: string;
-}
 
 async function createAutomation(server: TestServer, steps: unknown[]): Promise<string> {
   const res = await server.call("POST", "/api/v1/automations", { displayName: "CEL", trigger: { manual: {} }, steps });
@@ -26,7 +15,7 @@ async function createAutomation(server: TestServer, steps: unknown[]): Promise<s
 }
 
 /** Execute, wait for the worker, and the finished execution (steps without timestamps). */
-async function executeToEnd(server: TestServer, automationId: string, context: unknown): Promise<ExecutionJson> {
+async function executeToEnd(server: TestServer, automationId: string, context: unknown): Promise<Pick<ExecutionJson, "id" | "state" | "error" | "steps">> {
   const res = await server.call("POST", `/api/v1/automations/${automationId}/execute`, { context });
   expect(res.status).toBe(200);
   const { id } = ((await res.json()) as { execution: { id: string } }).execution;

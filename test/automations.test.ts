@@ -1,23 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { enqueueExecution } from "../src/automations/index.js";
-import { answer, createApp, createEntitlement, createUser, listOwnerIds } from "./support/api-fixtures.js";
+import { answer, createApp, createEntitlement, createUser, listOwnerIds, type ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
-interface StepJson {
-  name: string;
-  state: string;
-  output?: unknown;
-  error?: string;
-}
-interface ExecutionJson {
-  id: string;
-  automationId: string;
-  automationVersion?: number;
-  state: string;
-  trigger?: unknown;
-  steps: StepJson[];
-  error?: string;
-}
 
 let server: TestServer;
 beforeAll(async () => {

@@ -1,7 +1,4 @@
 import { createPublicKey, generateKeyPairSync } from "node:crypto";
-import { once } from "node:events";
-import { createServer, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
 import { exportJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
@@ -10,7 +7,14 @@ import { verifyWebhookJwt } from "../src/webhooks/jwt-verification.js";
 import { signJwtWebhook } from "../src/webhooks/index.js";
 import { rawRequest } from "./support/raw-http.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
-import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomation } from "./support/webhook-fixtures.js";
+import {
+  createWebhookAutomation,
+  hmacHeaders,
+  postWebhook,
+  startLoopbackServer,
+  type LoopbackServer,
+  type WebhookAutomation,
+} from "./support/webhook-fixtures.js";
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
@@ -190,7 +194,7 @@ describe("inbound webhooks: the order of the checks", () => {
 
 describe("inbound webhooks: a JWKS that misbehaves", () => {
   let server: TestServer;
-  let keys: HttpServer;
+  let keys: LoopbackServer;
   const privateKey = generateKeyPairSync("ed25519").privateKey;
 
   beforeAll(async () => {
@@ -199,8 +203,8 @@ describe("inbound webhooks: a JWKS that misbehaves", () => {
     // The same valid key set, padded past the cap with a member JWKS readers ignore.
     const padded = JSON.stringify({ keys: [jwk], padding: "x".repeat(defaultJwksCacheOptions.maxBytes) });
     expect(defaultJwksCacheOptions.maxBytes).toBe(64 * 1024);
-    keys = await startHttpServer((path, res) => {
-      switch (path) {
+    keys = await startLoopbackServer((req, res) => {
+      switch (req.url) {
         case "/good":
           return res.writeHead(200, { "content-type": "application/json" }).end(document);
         case "/500":
@@ -270,27 +274,3 @@ describe("inbound webhooks: a JWKS that misbehaves", () => {
     }
   });
 });
-
-interface HttpServer {
-  url: string;
-  close(): Promise<void>;
-}
-
-async function startHttpServer(handle: (path: string, res: ServerResponse) => unknown): Promise<HttpServer> {
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((req, res) => void handle(req.url ?? "", res));
-  server.on("connection", (s: Socket) => {
-    sockets.add(s);
-    s.on("close", () => sockets.delete(s));
-  });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    async close() {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}

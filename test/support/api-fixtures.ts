@@ -1,6 +1,25 @@
 import { expect } from "vitest";
 import type { TestServer } from "./test-server.js";
 
+/** An automation execution's step as the REST API answers it (proto3 JSON). */
+export interface StepJson {
+  name: string;
+  state: string;
+  output?: unknown;
+  error?: string;
+}
+
+/** An automation execution as the REST API answers it (proto3 JSON). */
+export interface ExecutionJson {
+  id: string;
+  automationId: string;
+  automationVersion?: number;
+  state: string;
+  trigger?: unknown;
+  steps: StepJson[];
+  error?: string;
+}
+
 /** Resources created over REST for a test, asserting each create answered 200. */
 
 export async function createApp(server: TestServer, displayName = "Billing"): Promise<string> {

@@ -1,6 +1,6 @@
 import { createPublicKey, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
 import { once } from "node:events";
-import { createServer, type Server, type ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { exportJWK } from "jose";
 import { signHmacWebhook, type SignedHeaders } from "../../src/webhooks/index.js";
@@ -127,9 +127,8 @@ export async function startJwksServer(): Promise<JwksServer> {
     ],
   });
   const hanging: ServerResponse[] = [];
-  const sockets = new Set<Socket>();
   const state = { requests: 0 };
-  const server: Server = createServer((req, res) => {
+  const server = await startLoopbackServer((req, res) => {
     state.requests++;
     if (req.url === "/hang") {
       hanging.push(res);
@@ -137,6 +136,28 @@ export async function startJwksServer(): Promise<JwksServer> {
     }
     res.writeHead(200, { "content-type": "application/json" }).end(document);
   });
+  return {
+    url: `${server.url}/jwks.json`,
+    hangingUrl: `${server.url}/hang`,
+    keys,
+    get requests() {
+      return state.requests;
+    },
+    close: () => server.close(),
+  };
+}
+
+export interface LoopbackServer {
+  /** `http://127.0.0.1:<port>` */
+  url: string;
+  /** Destroys open connections (a hanging answer too) and stops listening. */
+  close(): Promise<void>;
+}
+
+/** A node:http server on an ephemeral port of 127.0.0.1 whose close() does not wait for clients. */
+export async function startLoopbackServer(handle: (req: IncomingMessage, res: ServerResponse) => void): Promise<LoopbackServer> {
+  const sockets = new Set<Socket>();
+  const server: Server = createServer(handle);
   server.on("connection", (s: Socket) => {
     sockets.add(s);
     s.on("close", () => sockets.delete(s));
@@ -145,12 +166,7 @@ export async function startJwksServer(): Promise<JwksServer> {
   await once(server, "listening");
   const { port } = server.address() as AddressInfo;
   return {
-    url: `http://127.0.0.1:${port}/jwks.json`,
-    hangingUrl: `http://127.0.0.1:${port}/hang`,
-    keys,
-    get requests() {
-      return state.requests;
-    },
+    url: `http://127.0.0.1:${port}`,
     async close() {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
