@@ -25,6 +25,11 @@ export interface WalCheckpointerOptions {
  * every frame, so the backstop has little to copy, and it restarts the WAL. Crash-safe at any
  * point: a checkpoint is SQLite's own atomic operation. If the thread dies, the connection goes
  * back to SQLite's default of 1,000 pages.
+ *
+ * The interval is short on purpose: each checkpoint fsyncs the WAL, and a commit that lands during
+ * that fsync waits for it, so many small fsyncs stall requests less than a few large ones. At
+ * 2,700 webhooks/s on the development VM the p99 was 17-19 ms with 20 ms, 14 ms with 10 ms and
+ * 9-11 ms with 5 ms (2 ms was no better and cost more CPU).
  */
 export class WalCheckpointer {
   private readonly worker: Worker;
@@ -35,7 +40,7 @@ export class WalCheckpointer {
     const workerData = {
       path: db.name,
       betterSqlite3: createRequire(import.meta.url).resolve("better-sqlite3"),
-      busyIntervalMs: options.busyIntervalMs ?? 20,
+      busyIntervalMs: options.busyIntervalMs ?? 5,
     };
     this.worker = new Worker(threadSource, { eval: true, workerData });
     this.worker.unref();
