@@ -8,7 +8,7 @@ import { decodeJwt, decodeProtectedHeader } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawnCli } from "./support/spawn-cli.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
-import { createWebhookAutomation, startJwksServer, type JwksServer, type WebhookAutomation } from "./support/webhook-fixtures.js";
+import { createWebhookAutomation, startJwtListener, type JwksServer, type JwtListener, type WebhookAutomation } from "./support/webhook-fixtures.js";
 
 describe("accessd webhook sign|send", () => {
   let server: TestServer;
@@ -81,18 +81,16 @@ describe("accessd webhook send --key --kid (JWT listeners)", () => {
   let jwks: JwksServer;
   let hook: WebhookAutomation;
 
+  let listener: JwtListener;
+
   beforeAll(async () => {
-    jwks = await startJwksServer();
     // The CLI signs aud = --url and sub = the URL up to /api/v1/webhooks/incoming/, so the
     // endpoint URL (from ACCESSD_BASE_URL) must be the address the server really listens on.
     const port = await freePort();
-    server = await startTestServer({ port, host: "127.0.0.1", baseUrl: `http://127.0.0.1:${port}`, jwksAllowHttp: true });
-    hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+    listener = await startJwtListener({ port, host: "127.0.0.1", baseUrl: `http://127.0.0.1:${port}` });
+    ({ server, jwks, hook } = listener);
   });
-  afterAll(async () => {
-    await server.close();
-    await jwks.close();
-  });
+  afterAll(() => listener.close());
 
   it("sends a JWT webhook signed with a PEM key that the server verifies against the listener's JWKS, and exits 0", async () => {
     expect(hook.endpointUrl).toBe(hook.postUrl);
@@ -123,16 +121,14 @@ describe("accessd webhook send --aud (a listener reached through another address
   let jwks: JwksServer;
   let hook: WebhookAutomation;
 
+  let listener: JwtListener;
+
   beforeAll(async () => {
-    jwks = await startJwksServer();
     // The endpoint URL the service shows (ACCESSD_BASE_URL) is not the address the test reaches it at.
-    server = await startTestServer({ baseUrl: "https://accessd.example.com", jwksAllowHttp: true });
-    hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+    listener = await startJwtListener({ baseUrl: "https://accessd.example.com" });
+    ({ server, jwks, hook } = listener);
   });
-  afterAll(async () => {
-    await server.close();
-    await jwks.close();
-  });
+  afterAll(() => listener.close());
 
   it("signs aud and sub for the endpoint URL the service shows while posting to --url", async () => {
     expect(hook.endpointUrl).not.toBe(hook.postUrl);

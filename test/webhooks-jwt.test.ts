@@ -6,9 +6,10 @@ import { startTestServer, type TestServer } from "./support/test-server.js";
 import {
   createWebhookAutomation,
   postWebhook,
-  startJwksServer,
+  startJwtListener,
   unreachableUrl,
   type JwksServer,
+  type JwtListener,
   type WebhookAutomation,
 } from "./support/webhook-fixtures.js";
 
@@ -20,15 +21,13 @@ describe("inbound webhooks: JWT listeners", () => {
   let jwks: JwksServer;
   let hook: WebhookAutomation;
 
+  let listener: JwtListener;
+
   beforeAll(async () => {
-    jwks = await startJwksServer();
-    server = await startTestServer({ jwksAllowHttp: true });
-    hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+    listener = await startJwtListener();
+    ({ server, jwks, hook } = listener);
   });
-  afterAll(async () => {
-    await server.close();
-    await jwks.close();
-  });
+  afterAll(() => listener.close());
 
   type Claims = Record<string, unknown>;
 

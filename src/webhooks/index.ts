@@ -41,8 +41,6 @@ export interface WebhooksOptions {
   jwks?: Partial<JwksCacheOptions>;
   /** Told every request's verdict reason and status (the /metrics counter). */
   onVerdict?: VerdictObserver;
-  /** Refusals written to the delivery log per automation and second, at most (default 100). */
-  deliveryLogRefusalsPerSecond?: number;
 }
 
 export interface Webhooks {
@@ -67,7 +65,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     accept: (event, inTransaction) => acceptance.accept(event, inTransaction),
     deliveries: new DeliveryLog(store.webhooks.deliveries, {
       clock,
-      refusalsPerSecond: options.deliveryLogRefusalsPerSecond ?? defaultRefusalsPerSecond,
+      refusalsPerSecond: defaultRefusalsPerSecond,
     }),
   });
   return {

@@ -4,7 +4,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from "node:net";
 import { exportJWK } from "jose";
 import { signHmacWebhook, type SignedHeaders } from "../../src/webhooks/index.js";
-import type { TestServer } from "./test-server.js";
+import type { Config } from "../../src/config.js";
+import { startTestServer, type TestServer } from "./test-server.js";
 
 export interface WebhookTriggerInput {
   authMethod: "HMAC" | "JWT";
@@ -144,6 +145,30 @@ export async function startJwksServer(): Promise<JwksServer> {
       return state.requests;
     },
     close: () => server.close(),
+  };
+}
+
+export interface JwtListener {
+  server: TestServer;
+  jwks: JwksServer;
+  /** A published, enabled automation whose JWT listener reads `jwks`. */
+  hook: WebhookAutomation;
+  close(): Promise<void>;
+}
+
+/** A test server (with `overrides`, http:// JWKS allowed) and a JWT listener whose keys a local JWKS server hosts. */
+export async function startJwtListener(overrides: Partial<Config> = {}): Promise<JwtListener> {
+  const jwks = await startJwksServer();
+  const server = await startTestServer({ jwksAllowHttp: true, ...overrides });
+  const hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
+  return {
+    server,
+    jwks,
+    hook,
+    async close() {
+      await server.close();
+      await jwks.close();
+    },
   };
 }
 
