@@ -103,7 +103,9 @@ describe("ExecutionRunner", () => {
 describe("ExecutionWorker", () => {
   it("lets new executions gather for gatherMs after it is woken, then runs them in one transaction", async () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
-    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 300 });
+    // A batch bound in time (2 ms by default) could split three executions on a busy CI machine.
+    const batch = { maxUnits: 256, maxMs: 10_000 };
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 1_000, batch });
     worker.start();
     await sleep(20); // the worker found nothing and sleeps
     const transaction = vi.spyOn(store, "transaction");
