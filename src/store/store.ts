@@ -29,10 +29,19 @@ export class Store {
   readonly signingKeys: SigningKeysRepository;
   readonly assertionJtis: AssertionJtisRepository;
   private readonly pingStmt;
+  private readonly txStatements;
   private checkpointer: WalCheckpointer | undefined;
 
   constructor(readonly db: Database) {
     this.pingStmt = db.prepare("SELECT 1").pluck();
+    this.txStatements = {
+      begin: db.prepare("BEGIN IMMEDIATE"),
+      commit: db.prepare("COMMIT"),
+      rollback: db.prepare("ROLLBACK"),
+      savepoint: db.prepare("SAVEPOINT nested"),
+      release: db.prepare("RELEASE nested"),
+      rollbackTo: db.prepare("ROLLBACK TO nested"),
+    };
     this.apps = new AppsRepository(db);
     this.appEntitlements = new AppEntitlementsRepository(db);
     this.users = new UsersRepository(db);
@@ -58,9 +67,34 @@ export class Store {
     return store;
   }
 
-  /** Runs `fn` in one transaction (IMMEDIATE: takes the write lock at once). */
+  /**
+   * Runs `fn` in one transaction (IMMEDIATE: takes the write lock at once), or in a savepoint when
+   * called inside one: `fn` throwing rolls back its own writes only. What better-sqlite3's
+   * `db.transaction(fn).immediate()` does, with the statements prepared once: that call builds
+   * four wrapper functions each time, 5 us a transaction or savepoint (a step of an execution runs
+   * in one; bench/RESULTS.md).
+   */
   transaction<T>(fn: () => T): T {
-    return this.db.transaction(fn).immediate();
+    const { db, txStatements: sql } = this;
+    const nested = db.inTransaction;
+    (nested ? sql.savepoint : sql.begin).run();
+    try {
+      const result = fn();
+      if (result instanceof Promise) throw new TypeError("a transaction callback cannot return a promise");
+      (nested ? sql.release : sql.commit).run();
+      return result;
+    } catch (error) {
+      // A failed statement may have made SQLite roll the whole transaction back already.
+      if (db.inTransaction) {
+        if (nested) {
+          sql.rollbackTo.run();
+          sql.release.run();
+        } else {
+          sql.rollback.run();
+        }
+      }
+      throw error;
+    }
   }
 
   /** A trivial query, for readiness checks. */
