@@ -126,4 +126,26 @@ describe("ExecutionWorker", () => {
     expect(topLevel).toBeLessThanOrEqual(2);
     await worker.stop();
   });
+
+  it("after a batch that ran the last unfinished execution, waits gatherMs before it looks again", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const batchStarts: number[] = [];
+    const original = ExecutionRunner.prototype.runBatch;
+    const spy = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(function (this: ExecutionRunner, ...args) {
+      batchStarts.push(performance.now());
+      return original.apply(this, args);
+    });
+    const ids = [enqueue(store, automationId, 1), enqueue(store, automationId, 2)];
+    const batch = { maxUnits: 256, maxMs: 10_000 }; // both executions in the first batch, however busy the machine
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 200, batch });
+    worker.start();
+    await worker.whenIdle();
+    await worker.stop();
+    spy.mockRestore();
+
+    expect(ids.map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    // The first batch ran both (the queue is then empty); the next look came a gather later, not at once.
+    expect(batchStarts.length).toBeGreaterThanOrEqual(2);
+    expect((batchStarts[1] ?? 0) - (batchStarts[0] ?? 0)).toBeGreaterThanOrEqual(190);
+  });
 });

@@ -55,8 +55,14 @@ interface LogLine {
 export class ExecutionRunner {
   private readonly versions = new Map<string, StepDefinition[]>();
   private current: InProgress | undefined;
+  private queueEmptied = false;
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
+
+  /** True when the last batch stopped because no unfinished execution was left (not at its limits). */
+  get drained(): boolean {
+    return this.queueEmptied;
+  }
 
   /** True when a claimed execution has a step left to run (the next unit is a step, not a claim). */
   get hasStepToRun(): boolean {
@@ -76,12 +82,16 @@ export class ExecutionRunner {
     const lines: LogLine[] = [];
     const started = performance.now();
     let units = 0;
+    this.queueEmptied = false;
     try {
       store.transaction(() => {
         while (units < limits.maxUnits && !stopping() && (units === 0 || performance.now() - started < limits.maxMs)) {
           if (this.current === undefined) {
             const claimed = this.claim(lines);
-            if (claimed === undefined) break;
+            if (claimed === undefined) {
+              this.queueEmptied = true;
+              break;
+            }
             units++;
             this.current = claimed === "finished" ? undefined : claimed;
             continue;

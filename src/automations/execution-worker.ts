@@ -27,10 +27,12 @@ export interface ExecutionWorkerOptions {
 const defaultBatch: BatchLimits = { maxUnits: 256, maxMs: 2 };
 
 /**
- * An idle worker woken by a new execution waits this long before it runs, so that the executions
- * accepted meanwhile share its transaction: under a steady stream of webhooks a commit then
- * carries tens of executions instead of one or two, and each commit writes every page it dirtied
- * to the WAL. Executions run asynchronously anyway; 10 ms is not noticed.
+ * Once the queue is empty (an idle worker woken by a new execution, or a batch that ran the last
+ * one), the worker waits this long before its next batch, so that the executions accepted
+ * meanwhile share its transaction: under a steady stream of webhooks a commit then carries tens of
+ * executions instead of a few, and each commit writes every page it dirtied to the WAL (at 5,500
+ * webhooks/s: about 100 commits a second instead of 460). Executions run asynchronously anyway;
+ * 10 ms is not noticed.
  */
 const defaultGatherMs = 10;
 
@@ -103,7 +105,9 @@ export class ExecutionWorker {
         const units = this.runner.runBatch(this.batch, () => this.stopping);
         if (units === 0) {
           this.releaseIdleWaiters();
-          if ((await this.sleep()) === "woken" && this.gatherMs > 0) await sleep(this.gatherMs);
+          if ((await this.sleep()) === "woken") await this.gather();
+        } else if (this.runner.drained) {
+          await this.gather();
         }
       } catch (e) {
         // The store failing (disk full, locked too long): keep the execution for a later attempt.
@@ -122,6 +126,11 @@ export class ExecutionWorker {
   private async pause(): Promise<void> {
     if (this.stepDelayMs === 0) await sleep(0);
     else if (this.runner.hasStepToRun) await sleep(this.stepDelayMs);
+  }
+
+  /** Lets new executions gather for gatherMs (see defaultGatherMs). */
+  private async gather(): Promise<void> {
+    if (this.gatherMs > 0 && !this.stopping) await sleep(this.gatherMs);
   }
 
   /** Waits for notify() ("woken") or the poll interval ("polled"). */
