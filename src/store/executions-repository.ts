@@ -98,10 +98,21 @@ export class ExecutionsRepository {
   private readonly pageByAutomation;
   private readonly pageByState;
   private readonly pageByAutomationAndState;
-  private readonly countByStateStmt;
+  private readonly countAllByStateStmt;
+  private readonly countInStateAfterStmt;
+  private readonly countInStateBetweenStmt;
+  private readonly oldestUnfinishedIdStmt;
+  private readonly newestIdBeforeStmt;
+  private readonly rowCountStmt;
+  /**
+   * Executions by state among the ids up to `throughId`, every one of them finished: a finished
+   * execution never changes again and none is deleted, so these counts stay exact (undefined
+   * until the first count).
+   */
+  private settled: { throughId: string; counts: Record<ExecutionState, number> } | undefined;
   private readonly countUnfinishedStmt;
 
-  constructor(db: Database) {
+  constructor(private readonly db: Database) {
     // Two statements rather than INSERT ... SELECT: that form cost 13 us per row, these 6 us.
     this.versionStmt = db.prepare<[string], number>("SELECT version FROM automations WHERE id = ?").pluck();
     this.insertStmt = db.prepare<[string, string, number, string, string, number]>(
@@ -142,18 +153,71 @@ export class ExecutionsRepository {
     this.pageByAutomationAndState = db.prepare<[string, string, string, number], ExecutionRow>(
       "SELECT * FROM automation_executions WHERE automation_id = ? AND state = ? AND id > ? ORDER BY id LIMIT ?",
     );
-    this.countByStateStmt = db.prepare<[], { state: ExecutionState; count: number }>(
+    this.countAllByStateStmt = db.prepare<[], { state: ExecutionState; count: number }>(
       "SELECT state, COUNT(*) AS count FROM automation_executions GROUP BY state",
     );
+    this.countInStateAfterStmt = db
+      .prepare<[ExecutionState, string], number>("SELECT COUNT(*) FROM automation_executions WHERE state = ? AND id > ?")
+      .pluck();
+    this.countInStateBetweenStmt = db
+      .prepare<[ExecutionState, string, string], number>("SELECT COUNT(*) FROM automation_executions WHERE state = ? AND id > ? AND id <= ?")
+      .pluck();
+    this.oldestUnfinishedIdStmt = db
+      .prepare<[], string | null>("SELECT min(id) FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')")
+      .pluck();
+    this.newestIdBeforeStmt = db.prepare<[string], string | null>("SELECT max(id) FROM automation_executions WHERE id < ?").pluck();
+    // Rows are never deleted, so the last rowid is the number of rows.
+    this.rowCountStmt = db.prepare<[], number>("SELECT coalesce(max(rowid), 0) FROM automation_executions").pluck();
     this.countUnfinishedStmt = db.prepare<[], { count: number }>(
       "SELECT COUNT(*) AS count FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')",
     );
   }
 
-  /** How many executions are in each state (for /metrics; a scan of the (state, id) index). */
+  /**
+   * How many executions are in each state (for /metrics). A GROUP BY over the whole table takes
+   * 65 ms at 1,000,000 executions, an event-loop stall on every scrape, so it runs once; later
+   * calls count the executions finished since (a range of the (state, id) index) and those
+   * after the oldest unfinished one. Should that ever disagree with the number of rows (ids out
+   * of creation order after the clock stepped back across a restart), it counts everything again.
+   */
   countByState(): Record<ExecutionState, number> {
-    const counts: Record<ExecutionState, number> = { PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 };
-    for (const row of this.countByStateStmt.all()) counts[row.state] = row.count;
+    // Every execution up to the one before the oldest unfinished is finished.
+    const throughId = this.newestIdBeforeStmt.get(this.oldestUnfinishedIdStmt.get() ?? "\u{10FFFF}") ?? "";
+    let settled = this.settled;
+    if (settled !== undefined && throughId > settled.throughId && !this.db.inTransaction) {
+      const counts = { ...settled.counts };
+      for (const state of ["SUCCEEDED", "FAILED"] as const) {
+        counts[state] += this.countInStateBetweenStmt.get(state, settled.throughId, throughId) ?? 0;
+      }
+      settled = this.settled = { throughId, counts };
+    }
+    if (settled !== undefined) {
+      const counts = this.addCounts({ ...settled.counts }, this.countAfter(settled.throughId));
+      if (sum(counts) === this.rowCountStmt.get()) return counts;
+    }
+    // The first call, or a disagreement: everything, and what is settled as of now.
+    const all = this.addCounts({ PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 }, this.countAllByStateStmt.all());
+    if (!this.db.inTransaction) {
+      const counts = { ...all };
+      for (const row of this.countAfter(throughId)) counts[row.state] -= row.count;
+      this.settled = { throughId, counts };
+    }
+    return all;
+  }
+
+  /** Executions by state with an id after `id`: one range of the (state, id) index per state. */
+  private countAfter(id: string): { state: ExecutionState; count: number }[] {
+    return (["PENDING", "RUNNING", "SUCCEEDED", "FAILED"] as const).map((state) => ({
+      state,
+      count: this.countInStateAfterStmt.get(state, id) ?? 0,
+    }));
+  }
+
+  private addCounts(
+    counts: Record<ExecutionState, number>,
+    rows: readonly { state: ExecutionState; count: number }[],
+  ): Record<ExecutionState, number> {
+    for (const row of rows) counts[row.state] += row.count;
     return counts;
   }
 
@@ -238,4 +302,8 @@ export class ExecutionsRepository {
           : this.pageByAutomationAndState.all(automationId, state, from, limit);
     return rows.map(toExecution);
   }
+}
+
+function sum(counts: Readonly<Record<ExecutionState, number>>): number {
+  return counts.PENDING + counts.RUNNING + counts.SUCCEEDED + counts.FAILED;
 }

@@ -1,0 +1,103 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { ExecutionState } from "../src/store/executions-repository.js";
+import { newId } from "../src/store/ids.js";
+import { Store } from "../src/store/store.js";
+
+const stores: Store[] = [];
+afterEach(async () => {
+  for (const store of stores.splice(0)) await store.close();
+});
+
+function storeWithAutomation(): { store: Store; automationId: string } {
+  const store = Store.open(":memory:");
+  stores.push(store);
+  const automationId = newId();
+  store.transaction(() =>
+    store.automations.insert({
+      id: automationId,
+      displayName: "counts",
+      description: "",
+      trigger: { kind: "manual" },
+      steps: [],
+      published: false,
+      triggerEnabled: false,
+      version: 1,
+      createdAt: 0,
+      updatedAt: 0,
+    }),
+  );
+  return { store, automationId };
+}
+
+/** The plain answer: a GROUP BY over the whole table. */
+function countedFromScratch(store: Store): Record<ExecutionState, number> {
+  const counts: Record<ExecutionState, number> = { PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 };
+  const rows = store.db.prepare<[], { state: ExecutionState; n: number }>("SELECT state, COUNT(*) AS n FROM automation_executions GROUP BY state").all();
+  for (const row of rows) counts[row.state] = row.n;
+  return counts;
+}
+
+/** accessd_automation_executions{state}: counted incrementally, never wrong. */
+describe("ExecutionsRepository.countByState", () => {
+  it("agrees with a full count through thousands of executions created, started and finished in creation order", () => {
+    const { store, automationId } = storeWithAutomation();
+    const unfinished: string[] = [];
+    let seed = 7;
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    for (let round = 0; round < 300; round++) {
+      store.transaction(() => {
+        for (let i = Math.floor(random() * 20); i > 0; i--) {
+          const id = newId();
+          store.executions.insertPending({ id, automationId, trigger: {}, eventId: "", now: round });
+          unfinished.push(id);
+        }
+        // The worker: the oldest first, sometimes leaving one RUNNING part-way.
+        for (let i = Math.floor(random() * 20); i > 0 && unfinished.length > 0; i--) {
+          const id = unfinished[0] ?? "";
+          if (random() < 0.2) {
+            store.executions.markRunning(id, round);
+            break;
+          }
+          store.executions.finish(id, random() < 0.1 ? "FAILED" : "SUCCEEDED", "", round);
+          unfinished.shift();
+        }
+      });
+      if (round % 3 === 0) expect(store.executions.countByState()).toEqual(countedFromScratch(store));
+    }
+    expect(store.executions.countByState()).toEqual(countedFromScratch(store));
+  });
+
+  it("does not count what a transaction rolled back, nor settle rows it read inside one", () => {
+    const { store, automationId } = storeWithAutomation();
+    const first = newId();
+    store.transaction(() => store.executions.insertPending({ id: first, automationId, trigger: {}, eventId: "", now: 0 }));
+    expect(store.executions.countByState()).toEqual({ PENDING: 1, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 });
+    expect(() =>
+      store.transaction(() => {
+        store.executions.finish(first, "SUCCEEDED", "", 1);
+        expect(store.executions.countByState()).toEqual({ PENDING: 0, RUNNING: 0, SUCCEEDED: 1, FAILED: 0 });
+        throw new Error("roll back");
+      }),
+    ).toThrow("roll back");
+    expect(store.executions.countByState()).toEqual({ PENDING: 1, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 });
+  });
+
+  it("counts again from scratch when ids come out of creation order (the clock stepped back across a restart)", () => {
+    const { store, automationId } = storeWithAutomation();
+    for (let i = 0; i < 5; i++) {
+      const id = newId();
+      store.transaction(() => {
+        store.executions.insertPending({ id, automationId, trigger: {}, eventId: "", now: 0 });
+        store.executions.finish(id, "SUCCEEDED", "", 0);
+      });
+    }
+    expect(store.executions.countByState().SUCCEEDED).toBe(5);
+    // An id older than everything settled, created and finished between two scrapes.
+    const fromThePast = "00000000-0000-7000-8000-000000000000";
+    store.transaction(() => {
+      store.executions.insertPending({ id: fromThePast, automationId, trigger: {}, eventId: "", now: 0 });
+      store.executions.finish(fromThePast, "FAILED", "", 0);
+    });
+    expect(store.executions.countByState()).toEqual({ PENDING: 0, RUNNING: 0, SUCCEEDED: 5, FAILED: 1 });
+  });
+});
