@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { enqueueExecution } from "../src/automations/enqueue-execution.js";
 import { ExecutionRunner } from "../src/automations/execution-runner.js";
 import { ExecutionWorker } from "../src/automations/execution-worker.js";
@@ -7,38 +7,16 @@ import { ProgramCache } from "../src/automations/program-cache.js";
 import type { StepDefinition } from "../src/automations/step-definition.js";
 import { ManualClock } from "../src/clock.js";
 import { createLogger } from "../src/logger.js";
-import { newId } from "../src/store/ids.js";
-import { Store } from "../src/store/store.js";
+import type { Store } from "../src/store/store.js";
+import { inMemoryStores } from "./support/store-fixtures.js";
 
 const log = createLogger("silent");
-const stores: Store[] = [];
-afterEach(async () => {
-  for (const store of stores.splice(0)) await store.close();
-});
+const stores = inMemoryStores();
 
 const logStep = (name: string): StepDefinition => ({ name, skipIfTrueCel: "", action: { kind: "log", messageCel: "ctx.trigger.n" } });
 
 /** A store holding one manual automation whose `steps` are log steps. */
-function storeWithAutomation(steps: StepDefinition[]): { store: Store; automationId: string } {
-  const store = Store.open(":memory:");
-  stores.push(store);
-  const automationId = newId();
-  store.transaction(() =>
-    store.automations.insert({
-      id: automationId,
-      displayName: "worker test",
-      description: "",
-      trigger: { kind: "manual" },
-      steps,
-      published: false,
-      triggerEnabled: false,
-      version: 1,
-      createdAt: 0,
-      updatedAt: 0,
-    }),
-  );
-  return { store, automationId };
-}
+const storeWithAutomation = (steps: StepDefinition[]) => stores.withAutomation(steps);
 
 function enqueue(store: Store, automationId: string, n: number): string {
   return store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } })).executionId;

@@ -1,33 +1,11 @@
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { ExecutionState } from "../src/store/executions-repository.js";
 import { newId } from "../src/store/ids.js";
-import { Store } from "../src/store/store.js";
+import type { Store } from "../src/store/store.js";
+import { inMemoryStores } from "./support/store-fixtures.js";
 
-const stores: Store[] = [];
-afterEach(async () => {
-  for (const store of stores.splice(0)) await store.close();
-});
-
-function storeWithAutomation(): { store: Store; automationId: string } {
-  const store = Store.open(":memory:");
-  stores.push(store);
-  const automationId = newId();
-  store.transaction(() =>
-    store.automations.insert({
-      id: automationId,
-      displayName: "counts",
-      description: "",
-      trigger: { kind: "manual" },
-      steps: [],
-      published: false,
-      triggerEnabled: false,
-      version: 1,
-      createdAt: 0,
-      updatedAt: 0,
-    }),
-  );
-  return { store, automationId };
-}
+const stores = inMemoryStores();
+const storeWithAutomation = () => stores.withAutomation();
 
 /** The plain answer: a GROUP BY over the whole table. */
 function countedFromScratch(store: Store): Record<ExecutionState, number> {
