@@ -192,11 +192,11 @@ export class ExecutionsRepository {
       settled = this.settled = { throughId, counts };
     }
     if (settled !== undefined) {
-      const counts = this.addCounts({ ...settled.counts }, this.countAfter(settled.throughId));
+      const counts = addCounts({ ...settled.counts }, this.countAfter(settled.throughId));
       if (sum(counts) === this.rowCountStmt.get()) return counts;
     }
     // The first call, or a disagreement: everything, and what is settled as of now.
-    const all = this.addCounts({ PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 }, this.countAllByStateStmt.all());
+    const all = addCounts({ PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 }, this.countAllByStateStmt.all());
     if (!this.db.inTransaction) {
       const counts = { ...all };
       for (const row of this.countAfter(throughId)) counts[row.state] -= row.count;
@@ -211,14 +211,6 @@ export class ExecutionsRepository {
       state,
       count: this.countInStateAfterStmt.get(state, id) ?? 0,
     }));
-  }
-
-  private addCounts(
-    counts: Record<ExecutionState, number>,
-    rows: readonly { state: ExecutionState; count: number }[],
-  ): Record<ExecutionState, number> {
-    for (const row of rows) counts[row.state] += row.count;
-    return counts;
   }
 
   /** Executions accepted but not finished: the worker's queue (the partial index keeps it cheap). */
@@ -302,6 +294,12 @@ export class ExecutionsRepository {
           : this.pageByAutomationAndState.all(automationId, state, from, limit);
     return rows.map(toExecution);
   }
+}
+
+/** `counts` with each row's count added to its state's. */
+function addCounts(counts: Record<ExecutionState, number>, rows: readonly { state: ExecutionState; count: number }[]): Record<ExecutionState, number> {
+  for (const row of rows) counts[row.state] += row.count;
+  return counts;
 }
 
 function sum(counts: Readonly<Record<ExecutionState, number>>): number {
