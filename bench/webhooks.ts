@@ -4,11 +4,14 @@
  *
  * 1. A bare `node:http` server (its own process) that reads the body and answers 200: the ceiling
  *    of this machine and load generator, measured in the same run.
- * 2. Accepted HMAC webhooks per second at full load (each request a new event id, signed as it is
+ * 2. Two reference receivers (bench/support/reference-receiver.ts, own processes): node:http that
+ *    checks the HMAC signature and answers 200, and the same plus one durable SQLite INSERT per
+ *    webhook in group commits: the least any durable receiver does, measured on this machine.
+ * 3. Accepted HMAC webhooks per second at full load (each request a new event id, signed as it is
  *    sent), then p50/p99 latency at half that rate, sent open-loop at even intervals (pacedRun:
  *    autocannon's overallRate sends each second's budget back to back and then waits, which
  *    measures bursts at full speed, not half the load).
- * 3. Accepted JWT webhooks per second for RS256, ES256 and EdDSA (tokens signed before the phase,
+ * 4. Accepted JWT webhooks per second for RS256, ES256 and EdDSA (tokens signed before the phase,
  *    so signing does not load the generator; JWKS from a local HTTP server, cached by the service).
  * Every accepted webhook creates an execution that the in-process worker runs (one log step);
  * after each phase the bench waits until every one has SUCCEEDED (read from /metrics) and reports
@@ -28,7 +31,7 @@ import { join } from "node:path";
 import autocannon from "autocannon";
 import { exportJWK, SignJWT } from "jose";
 import { hmacSignature } from "../src/webhooks/hmac-signature.js";
-import { procCpuSeconds, startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
+import { procCpuSeconds, startAccessdProcess, tsxLoader, type AccessdProcess } from "./support/accessd-process.js";
 import { phaseSeconds, progress, report, round } from "./support/report.js";
 
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
@@ -284,6 +287,18 @@ async function startBareServer(): Promise<{ url: string; child: ChildProcess; pi
   return { url: `http://127.0.0.1:${chunk.toString().trim()}`, child, pid: child.pid ?? 0 };
 }
 
+/**
+ * A reference receiver (bench/support/reference-receiver.ts) in its own process: HMAC check only,
+ * or, given a database path, HMAC check plus one durable INSERT per webhook in group commits.
+ */
+async function startReferenceReceiver(secret: string, database?: string): Promise<{ url: string; child: ChildProcess; pid: number }> {
+  const script = new URL("./support/reference-receiver.ts", import.meta.url).pathname;
+  const args = ["--import", tsxLoader, script, secret, ...(database === undefined ? [] : [database])];
+  const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"] });
+  const [chunk] = (await once(child.stdout!, "data")) as [Buffer];
+  return { url: `http://127.0.0.1:${chunk.toString().trim()}`, child, pid: child.pid ?? 0 };
+}
+
 async function startJwksServer(keys: { kid: string; alg: string; key: KeyObject }[]) {
   const document = JSON.stringify({
     keys: await Promise.all(
@@ -340,6 +355,21 @@ try {
 
   progress(`bare node:http, ${seconds}s...`);
   const baseline = await run("bare node:http 200", bare.url, hmacRequests(hmac.secret, "/"), { duration: seconds }, false, bare.pid);
+  // The reference receivers: what checking the signature, and then one durable write, cost on
+  // this machine with nothing else of accessd around them.
+  const references: Phase[] = [];
+  for (const [label, database] of [
+    ["reference receiver, HMAC check only", undefined],
+    ["reference receiver, HMAC check + one durable INSERT (group commit)", join(dir, "reference.db")],
+  ] as const) {
+    const receiver = await startReferenceReceiver(hmac.secret, database);
+    try {
+      progress(`${label}, ${seconds}s...`);
+      references.push(await run(label, receiver.url, hmacRequests(hmac.secret, "/"), { duration: seconds }, false, receiver.pid));
+    } finally {
+      receiver.child.kill("SIGTERM");
+    }
+  }
   const phases: Phase[] = [];
   const hmacMax = await run("HMAC", server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), { duration: seconds });
   hmacMax.drainSeconds = await drain(server, "HMAC");
@@ -379,6 +409,23 @@ try {
     unit: "req/s",
     note: `p50 ${baseline.p50} ms, p99 ${baseline.p99} ms; ${common}, same load generator${cpuNote(baseline)}`,
   });
+  for (const reference of references) {
+    report({
+      name: reference.label,
+      value: round(reference.rps, 0),
+      unit: "req/s",
+      note: `${round(reference.rps / baseline.rps, 3)}x the bare server; p50 ${reference.p50} ms, p99 ${reference.p99} ms; ${common}${cpuNote(reference)}`,
+    });
+  }
+  const durableReference = references[1];
+  if (durableReference !== undefined) {
+    report({
+      name: "accepted webhooks, HMAC / the durable reference receiver",
+      value: round(hmacMax.rps / durableReference.rps, 3),
+      unit: "x",
+      note: `${round(hmacMax.rps, 0)} vs ${round(durableReference.rps, 0)} req/s: the share of the least a durable receiver must do that accessd keeps`,
+    });
+  }
   for (const phase of phases) {
     report({
       name: `accepted webhooks, ${phase.label}`,

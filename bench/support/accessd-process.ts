@@ -5,7 +5,8 @@ import { createServer } from "node:net";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
-const tsxLoader = pathToFileURL(`${repoRoot}node_modules/tsx/dist/loader.mjs`).href;
+/** The tsx loader, for child processes that run TypeScript (`node --import <tsxLoader> file.ts`). */
+export const tsxLoader = pathToFileURL(`${repoRoot}node_modules/tsx/dist/loader.mjs`).href;
 
 /** Bootstrap credentials the benchmark server is started with (used once auth exists). */
 const bootstrap = { clientId: "bench", clientSecret: "bench-secret-0123456789abcdef" };
