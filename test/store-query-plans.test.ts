@@ -1,0 +1,73 @@
+import BetterSqlite3 from "better-sqlite3";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { Store } from "../src/store/store.js";
+
+/**
+ * Every statement the store prepares, with SQLite's plan for it. Parameters become the literal
+ * 'x' (EXPLAIN needs values, and the plan depends on the shape of the query, not on them).
+ */
+function preparedStatementPlans(): { sql: string; plan: string[]; unbounded: boolean }[] {
+  const prepare = vi.spyOn(BetterSqlite3.prototype, "prepare");
+  const store = Store.open(":memory:");
+  const sources = prepare.mock.calls.map(([sql]) => sql);
+  prepare.mockRestore();
+  const tables = new Set(store.db.prepare("SELECT name FROM sqlite_schema WHERE type = 'table'").pluck().all() as string[]);
+  const plans = sources
+    .filter((sql) => /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\b/i.test(sql))
+    .map((sql) => {
+      const literal = sql.replace(/\?|[:@$][A-Za-z_]+/g, "'x'");
+      const rows = store.db.prepare(`EXPLAIN QUERY PLAN ${literal}`).all() as { detail: string }[];
+      const plan = rows.map((row) => row.detail);
+      return { sql: sql.replace(/\s+/g, " ").trim(), plan, unbounded: plan.some((step) => grows(step, tables, /\bLIMIT\b/i.test(sql))) };
+    });
+  void store.close();
+  return plans;
+}
+
+/**
+ * Whether a step of a plan reads rows in proportion to a table: a sort of what matched, or a scan
+ * of a stored table (walking an index in its order is bounded when the statement has a LIMIT).
+ */
+function grows(step: string, tables: Set<string>, limited: boolean): boolean {
+  if (step.includes("USE TEMP B-TREE")) return true;
+  const scan = /^SCAN (\S+)( USING (COVERING )?INDEX)?/.exec(step);
+  if (scan === null || !tables.has(scan[1] ?? "")) return false;
+  return scan[2] === undefined || !limited;
+}
+
+/**
+ * Statements allowed to sort or to read a table whole, and why. Every other statement finds its
+ * rows through an index, so its cost does not grow with the tables (1,000,000 executions, event
+ * records and deliveries are the sizes the benches run at).
+ */
+const allowed: { startsWith: string; why: string }[] = [
+  { startsWith: "SELECT version FROM schema_migrations", why: "a handful of rows, read once at start" },
+  { startsWith: "SELECT state, COUNT(*) AS count FROM automation_executions GROUP BY state", why: "the full recount /metrics runs once at start (store-execution-counts.test.ts)" },
+  { startsWith: "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL", why: "at most two secrets per automation, housekeeping only" },
+  { startsWith: "SELECT * FROM token_signing_keys ORDER BY created_at", why: "a few signing keys, read at start and on rotation" },
+];
+
+describe("store query plans", () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it("no statement sorts or reads a whole table, except the few listed with their reason", () => {
+    const plans = preparedStatementPlans();
+    expect(plans.length).toBeGreaterThan(50);
+    const unbounded = plans.filter(({ sql, unbounded }) => unbounded && !allowed.some((a) => sql.startsWith(a.startsWith)));
+    expect(unbounded).toEqual([]);
+    // The list holds no stale entry.
+    for (const { startsWith } of allowed) expect(plans.find(({ sql }) => sql.startsWith(startsWith))?.unbounded).toBe(true);
+  });
+
+  it("the worker claims the oldest unfinished execution from the queue's own index, without a sort", () => {
+    const claim = preparedStatementPlans().find(({ sql }) => sql.includes("WHERE state IN ('PENDING', 'RUNNING') ORDER BY id LIMIT 1"));
+    expect(claim?.plan).toEqual(["SCAN automation_executions USING INDEX automation_executions_unfinished"]);
+    expect(claim?.unbounded).toBe(false);
+  });
+
+  it("housekeeping finds the automations with deliveries by index searches, not by reading every delivery", () => {
+    const automations = preparedStatementPlans().find(({ sql }) => sql.includes("min(automation_id) FROM webhook_deliveries"));
+    expect(automations?.plan).toContain("SEARCH webhook_deliveries USING COVERING INDEX webhook_deliveries_by_automation (automation_id>?)");
+    expect(automations?.unbounded).toBe(false);
+  });
+});
