@@ -8,9 +8,9 @@
  *    checks the HMAC signature and answers 200, and the same plus one durable SQLite INSERT per
  *    webhook in group commits: the least any durable receiver does, measured on this machine.
  * 3. Accepted HMAC webhooks per second at full load (each request a new event id, signed as it is
- *    sent), then p50/p99 latency at half that rate, sent open-loop at even intervals (pacedRun:
- *    autocannon's overallRate sends each second's budget back to back and then waits, which
- *    measures bursts at full speed, not half the load).
+ *    sent), then p50/p99 latency at half that rate (three phases, the median p99 reported), sent
+ *    open-loop at even intervals (pacedRun: autocannon's overallRate sends each second's budget
+ *    back to back and then waits, which measures bursts at full speed, not half the load).
  * 4. Accepted JWT webhooks per second for RS256, ES256 and EdDSA (tokens signed before the phase,
  *    so signing does not load the generator; JWKS from a local HTTP server, cached by the service).
  * Every accepted webhook creates an execution that the in-process worker runs (one log step);
@@ -37,6 +37,8 @@ import { phaseSeconds, progress, report, round } from "./support/report.js";
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
 const seconds = phaseSeconds(8);
 const onlyHmac = process.env.BENCH_ONLY === "hmac";
+/** Paced phases at half the maximum HMAC rate; the median p99 is reported. */
+const halfRatePhases = 3;
 const body = Buffer.from(JSON.stringify({ user: "u-1", action: "grant", entitlement: "e-1" }));
 const bodyHash = createHash("sha256").update(body).digest("base64url");
 
@@ -389,9 +391,16 @@ try {
   };
   // The same paced client against the bare server: the latency the client and machine add.
   const bareHalf = await pacedRun(`bare node:http at ${halfRate} req/s`, bare.url, "/", signedHeaders, halfRate, seconds, bare.pid);
-  const half = await pacedRun(`HMAC at ${halfRate} req/s`, server.url, hmacPath, signedHeaders, halfRate, seconds);
-  accepted += Math.round(halfRate * seconds);
-  half.drainSeconds = await drain(server, "HMAC half rate");
+  // Three phases, and the one with the median p99 reported: on this shared 2-core VM one phase's
+  // p99 moves by a few milliseconds from run to run (all three are in the report's note).
+  const halves: Phase[] = [];
+  for (let attempt = 1; attempt <= halfRatePhases; attempt++) {
+    const phase = await pacedRun(`HMAC at ${halfRate} req/s (${attempt} of ${halfRatePhases})`, server.url, hmacPath, signedHeaders, halfRate, seconds);
+    accepted += Math.round(halfRate * seconds);
+    phase.drainSeconds = await drain(server, "HMAC half rate");
+    halves.push(phase);
+  }
+  const half = [...halves].sort((a, b) => a.p99 - b.p99)[Math.floor(halves.length / 2)] ?? halves[0]!;
   // JWT phases send pre-signed tokens: as many as the HMAC rate would send in the phase (capped).
   const jwtRequests = Math.min(Math.round(hmacMax.rps * seconds), 60_000);
   for (const { kid, alg, key } of onlyHmac ? [] : keys) {
@@ -439,7 +448,7 @@ try {
     name: `HMAC latency at half the maximum rate (${halfRate} req/s), p99`,
     value: half.p99,
     unit: "ms",
-    note: `p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s, open loop at even intervals (raw keep-alive connections), latency from each request's due time; ${body.length}-byte body; drained ${round(half.drainSeconds ?? 0, 2)} s after; the bare node:http server with the same client at the same rate: p50 ${bareHalf.p50} ms, p99 ${bareHalf.p99} ms`,
+    note: `median of ${halves.length} phases of ${seconds} s (p99 ${halves.map((h) => h.p99).join(", ")} ms); p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s, open loop at even intervals (raw keep-alive connections), latency from each request's due time; ${body.length}-byte body; drained ${round(half.drainSeconds ?? 0, 2)} s after; the bare node:http server with the same client at the same rate: p50 ${bareHalf.p50} ms, p99 ${bareHalf.p99} ms`,
   });
   report({
     name: "executions run to SUCCEEDED (all phases)",
