@@ -1,0 +1,171 @@
+/**
+ * The store's share of an accepted webhook (issue 7): what accessd writes for each one, timed on
+ * the server's own classes over a SQLite file, without HTTP. The baseline from the same run is the
+ * reference receiver's write (bench/support/reference-receiver.ts): one INSERT of the event id, in
+ * the same groups, on the same file system.
+ *
+ * - acceptance: EventAcceptance through the real GroupCommit and DeliveryLog, in groups of 11
+ *   (the usual group with 16 senders): the event record, the PENDING execution and the
+ *   delivery-log row, one COMMIT a group;
+ * - worker: ExecutionRunner batches with the production limits after every 5 groups (about what
+ *   its 10 ms gather collects at 5,000 webhooks/s): claim, the log step and its record, the
+ *   execution's end, one COMMIT a batch.
+ *
+ * Also the WAL frames (pages) each part writes per webhook, from the WAL's growth with automatic
+ * checkpoints off: a COMMIT's cost is mostly its frames. Run with `npx tsx bench/store-webhook.ts`.
+ */
+import { randomUUID } from "node:crypto";
+import { createWriteStream, mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { ExecutionRunner } from "../src/automations/execution-runner.js";
+import { enqueueExecution, ProgramCache } from "../src/automations/index.js";
+import { systemClock } from "../src/clock.js";
+import { createLogger } from "../src/logger.js";
+import { newId } from "../src/store/ids.js";
+import { Store } from "../src/store/store.js";
+import { DeliveryLog } from "../src/webhooks/delivery-log.js";
+import { EventAcceptance } from "../src/webhooks/event-acceptance.js";
+import { GroupCommit } from "../src/webhooks/group-commit.js";
+import { progress, report, round } from "./support/report.js";
+
+const groupSize = 11;
+const groupsPerWorkerBatch = 5;
+const groups = Number(process.argv[2] ?? 2000);
+const webhooks = groups * groupSize;
+/** A WAL frame: its 24-byte header and one page. */
+const frameBytes = 24 + 4096;
+const dir = mkdtempSync(join(tmpdir(), "accessd-bench-store-"));
+
+function walBytes(path: string): number {
+  try {
+    return statSync(`${path}-wal`).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** accessd: the acceptance and the worker, each timed and its WAL growth measured. */
+async function accessdPerWebhook() {
+  const path = join(dir, "accessd.db");
+  const store = Store.open(path);
+  store.db.pragma("wal_autocheckpoint = 0");
+  const automationId = newId();
+  const listenerId = newId();
+  store.transaction(() =>
+    store.automations.insert({
+      id: automationId,
+      displayName: "bench",
+      description: "",
+      trigger: { kind: "manual" },
+      steps: [{ name: "note", skipIfTrueCel: "", action: { kind: "log", messageCel: "ctx.trigger.user" } }],
+      published: true,
+      triggerEnabled: true,
+      version: 1,
+      createdAt: 0,
+      updatedAt: 0,
+    }),
+  );
+  const acceptance = new EventAcceptance(
+    store,
+    new GroupCommit(store),
+    (request) => enqueueExecution(store, systemClock.now(), request),
+    () => {},
+  );
+  const deliveries = new DeliveryLog(store.webhooks.deliveries, { clock: systemClock, refusalsPerSecond: 100 });
+  const runner = new ExecutionRunner({
+    store,
+    clock: systemClock,
+    log: createLogger("info", createWriteStream("/dev/null")),
+    programs: new ProgramCache(),
+  });
+  const trigger = { user: "u-1", action: "grant", entitlement: "e-1" };
+  const acceptOne = () => {
+    const eventId = randomUUID();
+    const receivedAt = systemClock.now();
+    const facts = { automationId, eventId, sourceIp: "127.0.0.1", sizeBytes: 51, receivedAt, bodyConsumed: true };
+    return acceptance.accept({ listenerId, automationId, eventId, trigger, receivedAt }, (executionId) =>
+      deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
+    );
+  };
+  let acceptMs = 0;
+  let workerMs = 0;
+  let acceptFrames = 0;
+  let workerFrames = 0;
+  for (let g = 0; g < groups; g++) {
+    const wal = walBytes(path);
+    const started = performance.now();
+    await Promise.all(Array.from({ length: groupSize }, acceptOne));
+    acceptMs += performance.now() - started;
+    acceptFrames += (walBytes(path) - wal) / frameBytes;
+    if ((g + 1) % groupsPerWorkerBatch === 0 || g === groups - 1) {
+      const walBefore = walBytes(path);
+      const workStarted = performance.now();
+      while (runner.runBatch({ maxUnits: 256, maxMs: 2 }, () => false) > 0 && !runner.drained);
+      workerMs += performance.now() - workStarted;
+      workerFrames += (walBytes(path) - walBefore) / frameBytes;
+    }
+  }
+  const unfinished = store.executions.countUnfinished();
+  await store.close();
+  if (unfinished !== 0) throw new Error(`${unfinished} executions left unfinished`);
+  return {
+    acceptUs: (acceptMs * 1000) / webhooks,
+    workerUs: (workerMs * 1000) / webhooks,
+    acceptFrames: acceptFrames / webhooks,
+    workerFrames: workerFrames / webhooks,
+  };
+}
+
+/** The reference receiver's write: one INSERT of the event id per webhook, a COMMIT per group. */
+function referencePerWebhook() {
+  const path = join(dir, "reference.db");
+  const db = new Database(path);
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = NORMAL");
+  db.pragma("wal_autocheckpoint = 0");
+  db.exec("CREATE TABLE events (event_id TEXT PRIMARY KEY, received_at INTEGER NOT NULL) WITHOUT ROWID");
+  const insert = db.prepare("INSERT OR IGNORE INTO events (event_id, received_at) VALUES (?, ?)");
+  const begin = db.prepare("BEGIN IMMEDIATE");
+  const commit = db.prepare("COMMIT");
+  const wal = walBytes(path);
+  const started = performance.now();
+  for (let g = 0; g < groups; g++) {
+    begin.run();
+    for (let i = 0; i < groupSize; i++) insert.run(randomUUID(), Date.now());
+    commit.run();
+  }
+  const us = ((performance.now() - started) * 1000) / webhooks;
+  const frames = (walBytes(path) - wal) / frameBytes / webhooks;
+  db.close();
+  return { us, frames };
+}
+
+try {
+  progress(`${webhooks} webhooks in groups of ${groupSize}...`);
+  const reference = referencePerWebhook();
+  const accessd = await accessdPerWebhook();
+  const total = accessd.acceptUs + accessd.workerUs;
+  report({
+    name: "store work per accepted webhook (acceptance + worker)",
+    value: round(total, 1),
+    unit: "us",
+    note: `acceptance ${round(accessd.acceptUs, 1)} us (event record, execution, delivery-log row, group COMMIT), worker ${round(accessd.workerUs, 1)} us (claim, log step and its record, the end, batch COMMIT); ${webhooks} webhooks in groups of ${groupSize}, SQLite file, WAL`,
+  });
+  report({
+    name: "reference: one durable INSERT per webhook",
+    value: round(reference.us, 1),
+    unit: "us",
+    note: `the reference receiver's write (event id primary key), same groups and file system; ${round(reference.frames, 2)} WAL frames a webhook`,
+  });
+  report({ name: "store work per webhook / the reference INSERT", value: round(total / reference.us, 1), unit: "x" });
+  report({
+    name: "WAL frames written per accepted webhook",
+    value: round(accessd.acceptFrames + accessd.workerFrames, 2),
+    unit: "frames",
+    note: `acceptance ${round(accessd.acceptFrames, 2)}, worker ${round(accessd.workerFrames, 2)} (a frame is one 4 KiB page and its header, two pwrites); the reference ${round(reference.frames, 2)}`,
+  });
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
