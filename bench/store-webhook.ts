@@ -12,10 +12,11 @@
  *   execution's end, one COMMIT a batch.
  *
  * Also the WAL frames (pages) each part writes per webhook, from the WAL's growth with automatic
- * checkpoints off: a COMMIT's cost is mostly its frames. Run with `npx tsx bench/store-webhook.ts`.
+ * checkpoints off (a COMMIT's cost is mostly its frames), and the acceptance's frames by table,
+ * from the page numbers in the frame headers. Run with `npx tsx bench/store-webhook.ts`.
  */
 import { randomUUID } from "node:crypto";
-import { createWriteStream, mkdtempSync, rmSync, statSync } from "node:fs";
+import { closeSync, createWriteStream, mkdtempSync, openSync, readSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
@@ -44,6 +45,37 @@ function walBytes(path: string): number {
   } catch {
     return 0;
   }
+}
+
+/**
+ * Which table each frame written between `ranges` of the WAL belongs to (its indexes included):
+ * the page number in each frame's header, looked up in dbstat. Pages freed and reused during the
+ * run count for their last owner.
+ */
+function framesByTable(db: Database.Database, walPath: string, ranges: readonly [number, number][]): Map<string, number> {
+  const owners = new Map<number, string>();
+  const tableOf = new Map<string, string>(
+    (db.prepare("SELECT name, tbl_name FROM sqlite_schema").all() as { name: string; tbl_name: string }[]).map((r) => [r.name, r.tbl_name]),
+  );
+  for (const { name, pageno } of db.prepare("SELECT name, pageno FROM dbstat").all() as { name: string; pageno: number }[]) {
+    owners.set(pageno, tableOf.get(name) ?? name);
+  }
+  const counts = new Map<string, number>();
+  const fd = openSync(walPath, "r");
+  const header = Buffer.alloc(4);
+  try {
+    for (const [start, end] of ranges) {
+      for (let offset = start; offset + frameBytes <= end; offset += frameBytes) {
+        readSync(fd, header, 0, 4, offset);
+        const page = header.readUInt32BE(0);
+        const owner = page === 1 ? "database header" : (owners.get(page) ?? "pages freed since");
+        counts.set(owner, (counts.get(owner) ?? 0) + 1);
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return counts;
 }
 
 /** accessd: the acceptance and the worker, each timed and its WAL growth measured. */
@@ -93,12 +125,14 @@ async function accessdPerWebhook() {
   let workerMs = 0;
   let acceptFrames = 0;
   let workerFrames = 0;
+  const acceptRanges: [number, number][] = [];
   for (let g = 0; g < groups; g++) {
     const wal = walBytes(path);
     const started = performance.now();
     await Promise.all(Array.from({ length: groupSize }, acceptOne));
     acceptMs += performance.now() - started;
     acceptFrames += (walBytes(path) - wal) / frameBytes;
+    acceptRanges.push([wal, walBytes(path)]);
     if ((g + 1) % groupsPerWorkerBatch === 0 || g === groups - 1) {
       const walBefore = walBytes(path);
       const workStarted = performance.now();
@@ -108,6 +142,7 @@ async function accessdPerWebhook() {
     }
   }
   const unfinished = store.executions.countUnfinished();
+  const acceptFramesByTable = framesByTable(store.db, `${path}-wal`, acceptRanges);
   await store.close();
   if (unfinished !== 0) throw new Error(`${unfinished} executions left unfinished`);
   return {
@@ -115,6 +150,7 @@ async function accessdPerWebhook() {
     workerUs: (workerMs * 1000) / webhooks,
     acceptFrames: acceptFrames / webhooks,
     workerFrames: workerFrames / webhooks,
+    acceptFramesByTable,
   };
 }
 
@@ -165,6 +201,13 @@ try {
     value: round(accessd.acceptFrames + accessd.workerFrames, 2),
     unit: "frames",
     note: `acceptance ${round(accessd.acceptFrames, 2)}, worker ${round(accessd.workerFrames, 2)} (a frame is one 4 KiB page and its header, two pwrites); the reference ${round(reference.frames, 2)}`,
+  });
+  const byTable = [...accessd.acceptFramesByTable].sort((a, b) => b[1] - a[1]);
+  report({
+    name: `WAL frames per group of ${groupSize} acceptances`,
+    value: round(accessd.acceptFrames * groupSize, 1),
+    unit: "frames",
+    note: `by table, indexes included: ${byTable.map(([table, frames]) => `${table} ${round(frames / groups, 1)}`).join(", ")}`,
   });
 } finally {
   rmSync(dir, { recursive: true, force: true });
