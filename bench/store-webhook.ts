@@ -29,6 +29,7 @@ import { Store } from "../src/store/store.js";
 import { DeliveryLog } from "../src/webhooks/delivery-log.js";
 import { EventAcceptance } from "../src/webhooks/event-acceptance.js";
 import { GroupCommit } from "../src/webhooks/group-commit.js";
+import { openReferenceStore } from "./support/reference-store.js";
 import { progress, report, round } from "./support/report.js";
 
 const groupSize = 11;
@@ -157,14 +158,8 @@ async function accessdPerWebhook() {
 /** The reference receiver's write: one INSERT of the event id per webhook, a COMMIT per group. */
 function referencePerWebhook() {
   const path = join(dir, "reference.db");
-  const db = new Database(path);
-  db.pragma("journal_mode = WAL");
-  db.pragma("synchronous = NORMAL");
+  const { db, insert, begin, commit } = openReferenceStore(path);
   db.pragma("wal_autocheckpoint = 0");
-  db.exec("CREATE TABLE events (event_id TEXT PRIMARY KEY, received_at INTEGER NOT NULL) WITHOUT ROWID");
-  const insert = db.prepare("INSERT OR IGNORE INTO events (event_id, received_at) VALUES (?, ?)");
-  const begin = db.prepare("BEGIN IMMEDIATE");
-  const commit = db.prepare("COMMIT");
   const wal = walBytes(path);
   const started = performance.now();
   for (let g = 0; g < groups; g++) {

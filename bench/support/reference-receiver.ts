@@ -16,7 +16,7 @@
  */
 import { createHmac, createSecretKey, timingSafeEqual } from "node:crypto";
 import { createServer, type ServerResponse } from "node:http";
-import Database from "better-sqlite3";
+import { openReferenceStore } from "./reference-store.js";
 
 const [secret, databasePath] = process.argv.slice(2);
 if (secret === undefined) throw new Error("usage: reference-receiver.ts <secret> [database]");
@@ -30,13 +30,7 @@ interface Pending {
 let accept: (eventId: string, res: ServerResponse) => void = (_eventId, res) => answer(res, 200);
 
 if (databasePath !== undefined) {
-  const db = new Database(databasePath);
-  db.pragma("journal_mode = WAL");
-  db.pragma("synchronous = NORMAL");
-  db.exec("CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY, received_at INTEGER NOT NULL) WITHOUT ROWID");
-  const insert = db.prepare("INSERT OR IGNORE INTO events (event_id, received_at) VALUES (?, ?)");
-  const begin = db.prepare("BEGIN IMMEDIATE");
-  const commit = db.prepare("COMMIT");
+  const { insert, begin, commit } = openReferenceStore(databasePath);
   let group: Pending[] = [];
   const commitGroup = () => {
     const committing = group;
