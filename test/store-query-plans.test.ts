@@ -70,4 +70,24 @@ describe("store query plans", () => {
     expect(automations?.plan).toContain("SEARCH webhook_deliveries USING COVERING INDEX webhook_deliveries_by_automation (automation_id>?)");
     expect(automations?.unbounded).toBe(false);
   });
+
+  it("and lists each automation with deliveries once", async () => {
+    const store = Store.open(":memory:");
+    let n = 0;
+    for (const automationId of ["b", "a", "c", "a", "b", "a"]) {
+      store.webhooks.deliveries.insert({
+        id: String(n++).padStart(8, "0"),
+        automationId,
+        eventId: "",
+        status: 200,
+        reason: "accepted",
+        sourceIp: "127.0.0.1",
+        sizeBytes: 1,
+        receivedAt: n,
+        executionId: "",
+      });
+    }
+    expect(store.webhooks.deliveries.automationIds()).toEqual(["a", "b", "c"]);
+    await store.close();
+  });
 });
