@@ -284,7 +284,12 @@ async function startBareServer(): Promise<{ url: string; child: ChildProcess; pi
       req.on("end", () => { res.writeHead(200, { "content-type": "application/json" }); res.end('{"ok":true}'); });
     });
     server.listen(0, "127.0.0.1", () => process.stdout.write(String(server.address().port) + "\\n"));`;
-  const child = spawn(process.execPath, ["-e", source], { stdio: ["ignore", "pipe", "inherit"] });
+  return startLocalServer(["-e", source]);
+}
+
+/** A server in a node process of its own that prints its port on stdout once it listens. */
+async function startLocalServer(nodeArgs: string[]): Promise<{ url: string; child: ChildProcess; pid: number }> {
+  const child = spawn(process.execPath, nodeArgs, { stdio: ["ignore", "pipe", "inherit"] });
   const [chunk] = (await once(child.stdout!, "data")) as [Buffer];
   return { url: `http://127.0.0.1:${chunk.toString().trim()}`, child, pid: child.pid ?? 0 };
 }
@@ -295,10 +300,7 @@ async function startBareServer(): Promise<{ url: string; child: ChildProcess; pi
  */
 async function startReferenceReceiver(secret: string, database?: string): Promise<{ url: string; child: ChildProcess; pid: number }> {
   const script = new URL("./support/reference-receiver.ts", import.meta.url).pathname;
-  const args = ["--import", tsxLoader, script, secret, ...(database === undefined ? [] : [database])];
-  const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "inherit"] });
-  const [chunk] = (await once(child.stdout!, "data")) as [Buffer];
-  return { url: `http://127.0.0.1:${chunk.toString().trim()}`, child, pid: child.pid ?? 0 };
+  return startLocalServer(["--import", tsxLoader, script, secret, ...(database === undefined ? [] : [database])]);
 }
 
 async function startJwksServer(keys: { kid: string; alg: string; key: KeyObject }[]) {
