@@ -1,7 +1,13 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
-import type { ExecutionState } from "../src/store/executions-repository.js";
+import { applyMigrations } from "../src/store/database.js";
+import { migrations } from "../src/store/migrations/index.js";
+import { Store } from "../src/store/store.js";
+import type { ExecutionFilter, ExecutionState } from "../src/store/executions-repository.js";
 import { newId } from "../src/store/ids.js";
-import type { Store } from "../src/store/store.js";
 import { inMemoryStores } from "./support/store-fixtures.js";
 
 const stores = inMemoryStores();
@@ -77,5 +83,84 @@ describe("ExecutionsRepository.countByState", () => {
       store.executions.finish(fromThePast, "FAILED", "", 0);
     });
     expect(store.executions.countByState()).toEqual({ PENDING: 0, RUNNING: 0, SUCCEEDED: 5, FAILED: 1 });
+  });
+});
+
+/**
+ * ListAutomationExecutions' filters: finished executions come from the finished (state, id)
+ * indexes, unfinished ones from the worker's queue index (migration 005); every filter, paged,
+ * returns exactly the matching executions in creation order.
+ */
+describe("ExecutionsRepository.listAfter", () => {
+  it("filters by state and automation, paged, whichever index holds the state", () => {
+    const { store, automationId } = storeWithAutomation();
+    const otherId = newId();
+    store.transaction(() => {
+      const [template] = store.automations.listAfter(undefined, 1);
+      if (template === undefined) throw new Error("no automation");
+      store.automations.insert({ ...template, id: otherId });
+    });
+    const states: ExecutionState[] = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED"];
+    const all: { id: string; automationId: string; state: ExecutionState }[] = [];
+    store.transaction(() => {
+      for (let i = 0; i < 48; i++) {
+        const id = newId();
+        const owner = i % 3 === 0 ? otherId : automationId;
+        const state = states[(i * 7) % 4] ?? "PENDING";
+        store.executions.insertPending({ id, automationId: owner, trigger: {}, eventId: "", now: i });
+        if (state === "RUNNING") store.executions.markRunning(id, i);
+        if (state === "SUCCEEDED" || state === "FAILED") store.executions.finish(id, state, "", i);
+        all.push({ id, automationId: owner, state });
+      }
+    });
+    const paged = (filter: ExecutionFilter): string[] => {
+      const ids: string[] = [];
+      for (let after: string | undefined; ; ) {
+        const page = store.executions.listAfter(filter, after, 2);
+        ids.push(...page.map((e) => e.id));
+        if (page.length < 2) return ids;
+        after = page[page.length - 1]?.id;
+      }
+    };
+    for (const owner of ["", automationId, otherId]) {
+      for (const state of [undefined, ...states]) {
+        const expected = all.filter((e) => (owner === "" || e.automationId === owner) && (state === undefined || e.state === state));
+        expect(expected.length).toBeGreaterThan(0);
+        expect(paged({ automationId: owner, state })).toEqual(expected.map((e) => e.id));
+      }
+    }
+  });
+});
+
+describe("migration 005 (finished-only state indexes)", () => {
+  it("keeps the executions of a database made before it, and lists and counts them by state", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
+    try {
+      const path = join(dir, "accessd.db");
+      const before = new BetterSqlite3(path);
+      applyMigrations(before, migrations.filter((m) => m.version < 5));
+      before
+        .prepare("INSERT INTO automations (id, display_name, description, trigger, published, trigger_enabled, version, created_at, updated_at) VALUES ('a', 'a', '', '{}', 0, 0, 1, 0, 0)")
+        .run();
+      const insert = before.prepare(
+        "INSERT INTO automation_executions (id, automation_id, automation_version, state, trigger, event_id, error, created_at) VALUES (?, 'a', 1, ?, '{}', '', '', 0)",
+      );
+      insert.run("e1", "SUCCEEDED");
+      insert.run("e2", "PENDING");
+      insert.run("e3", "FAILED");
+      before.close();
+
+      const store = Store.open(path);
+      try {
+        expect(store.executions.countByState()).toEqual({ PENDING: 1, RUNNING: 0, SUCCEEDED: 1, FAILED: 1 });
+        expect(store.executions.listAfter({ automationId: "a", state: "PENDING" }, undefined, 10).map((e) => e.id)).toEqual(["e2"]);
+        expect(store.executions.listAfter({ automationId: "", state: "FAILED" }, undefined, 10).map((e) => e.id)).toEqual(["e3"]);
+        expect(store.executions.nextUnfinished()?.id).toBe("e2");
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

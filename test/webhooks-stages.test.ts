@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import { ManualClock } from "../src/clock.js";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
+import { v7 as uuidv7 } from "uuid";
 import { housekeepingChunkRows, startWebhookHousekeeping } from "../src/jobs/webhook-housekeeping.js";
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
@@ -222,9 +223,10 @@ describe("housekeeping job", () => {
   it("trims the delivery log to the newest entries per automation", async () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(1_700_000_000_000);
-    for (let i = 0; i < 15; i++) {
+    const ids = Array.from({ length: 15 }, (_, i) => uuidv7({ msecs: clock.now() + i }));
+    for (const id of ids) {
       store.webhooks.deliveries.insert({
-        id: `0000000${i.toString(16)}`.padStart(8, "0"),
+        id,
         automationId: "a",
         eventId: "",
         status: 401,
@@ -238,7 +240,35 @@ describe("housekeeping job", () => {
     const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 86_400_000, deliveriesPerAutomation: 10 });
     await job.firstPass;
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.id)).toHaveLength(10);
-    expect(store.webhooks.deliveries.listBefore("a", undefined, 1)[0]?.id).toBe("0000000e");
+    expect(store.webhooks.deliveries.listBefore("a", undefined, 1)[0]?.id).toBe(ids[14]);
+    job.stop();
+    store.close();
+  });
+
+  it("deletes delivery-log entries logged before the retention, by the time in their UUIDv7 id", async () => {
+    const store = Store.open(":memory:");
+    const day = 86_400_000;
+    const clock = new ManualClock(1_700_000_000_000);
+    const cutoff = clock.now() - day;
+    const log = (msecs: number, eventId: string) =>
+      store.webhooks.deliveries.insert({
+        id: uuidv7({ msecs }),
+        automationId: "a",
+        eventId,
+        status: 200,
+        reason: "accepted",
+        sourceIp: "127.0.0.1",
+        sizeBytes: 1,
+        receivedAt: msecs,
+        executionId: "x",
+      });
+    log(cutoff - day, "long-gone");
+    log(cutoff - 1, "just-expired");
+    log(cutoff, "kept");
+    log(clock.now(), "new");
+    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: day });
+    await job.firstPass;
+    expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.eventId)).toEqual(["new", "kept"]);
     job.stop();
     store.close();
   });
@@ -253,9 +283,8 @@ describe("housekeeping job", () => {
     store.transaction(() => {
       for (let i = 0; i < old; i++) {
         store.webhooks.events.insert({ listenerId: "l", eventId: `e${i}`, receivedAt: 0, executionId: "x" });
-        const id = String(i).padStart(8, "0");
         store.webhooks.deliveries.insert({
-          id,
+          id: uuidv7({ msecs: 10 * day, seq: i }),
           automationId: "a",
           eventId: `e${i}`,
           status: 200,

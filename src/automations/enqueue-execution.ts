@@ -9,6 +9,8 @@ export interface EnqueueExecution {
   trigger: JsonValue;
   /** The Webhook-Event-Id that started it, for webhook-triggered executions. */
   eventId?: string;
+  /** Its id, when the caller recorded it elsewhere first (a new id by default). */
+  executionId?: string;
 }
 
 /**
@@ -25,7 +27,7 @@ export interface EnqueueExecution {
  * Throws not_found when the automation does not exist (rolling your transaction back).
  */
 export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): { executionId: string } {
-  const executionId = newId();
+  const executionId = request.executionId ?? newId();
   const created = store.executions.insertPending({
     id: executionId,
     automationId: request.automationId,

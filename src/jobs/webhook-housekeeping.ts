@@ -65,7 +65,7 @@ export function startWebhookHousekeeping(options: WebhookHousekeepingOptions): W
     const { events, deliveries, secrets } = store.webhooks;
     const result: HousekeepingResult = { events: 0, deliveries: 0, secrets: 0 };
     result.events = await inChunks(() => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
-    result.deliveries = await inChunks(() => deliveries.deleteReceivedBefore(cutoff, housekeepingChunkRows));
+    result.deliveries = await inChunks(() => deliveries.deleteLoggedBefore(cutoff, housekeepingChunkRows));
     for (const automationId of stopped ? [] : deliveries.automationIds()) {
       result.deliveries += await inChunks(() => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
     }

@@ -98,9 +98,9 @@ export class ExecutionsRepository {
   private readonly pageByAutomation;
   private readonly pageByState;
   private readonly pageByAutomationAndState;
-  private readonly countAllByStateStmt;
+  private readonly countFinishedByStateStmt;
   private readonly countInStateAfterStmt;
-  private readonly countInStateBetweenStmt;
+  private readonly countFinishedInStateBetweenStmt;
   private readonly oldestUnfinishedIdStmt;
   private readonly newestIdBeforeStmt;
   private readonly rowCountStmt;
@@ -120,8 +120,8 @@ export class ExecutionsRepository {
        VALUES (?, ?, ?, 'PENDING', ?, ?, '', ?)`,
     );
     this.getStmt = db.prepare<[string], ExecutionRow>("SELECT * FROM automation_executions WHERE id = ?");
-    // Left to itself, the planner reads every unfinished row through the (state, id) index and
-    // sorts them for the oldest: twice the cost of the first entry of the queue's own index
+    // Pinned to the queue's own index: left to itself, the planner once read every unfinished row
+    // through another index and sorted them for the oldest, twice the cost of this first entry
     // (test/store-query-plans.test.ts).
     this.nextUnfinishedStmt = db.prepare<[], ExecutionRow>(
       `SELECT * FROM automation_executions INDEXED BY automation_executions_unfinished
@@ -151,20 +151,51 @@ export class ExecutionsRepository {
     this.pageByAutomation = db.prepare<[string, string, number], ExecutionRow>(
       "SELECT * FROM automation_executions WHERE automation_id = ? AND id > ? ORDER BY id LIMIT ?",
     );
-    this.pageByState = db.prepare<[string, string, number], ExecutionRow>(
-      "SELECT * FROM automation_executions WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+    // States split in two (migration 005): finished executions are in the (state, id) indexes,
+    // unfinished ones only in the worker's queue index. Each statement names its half with the
+    // very term of its index's WHERE, so that SQLite may use the partial index.
+    this.pageByState = {
+      finished: db.prepare<[string, string, number], ExecutionRow>(
+        `SELECT * FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
+         ORDER BY id LIMIT ?`,
+      ),
+      unfinished: db.prepare<[string, string, number], ExecutionRow>(
+        `SELECT * FROM automation_executions INDEXED BY automation_executions_unfinished
+         WHERE state IN ('PENDING', 'RUNNING') AND state = ? AND id > ? ORDER BY id LIMIT ?`,
+      ),
+    };
+    this.pageByAutomationAndState = {
+      finished: db.prepare<[string, string, string, number], ExecutionRow>(
+        `SELECT * FROM automation_executions WHERE automation_id = ? AND state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
+         ORDER BY id LIMIT ?`,
+      ),
+      // The queue is short: walking it and skipping other automations' executions is cheaper than
+      // an index entry more per execution.
+      unfinished: db.prepare<[string, string, string, number], ExecutionRow>(
+        `SELECT * FROM automation_executions INDEXED BY automation_executions_unfinished
+         WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND state = ? AND id > ? ORDER BY id LIMIT ?`,
+      ),
+    };
+    this.countFinishedByStateStmt = db.prepare<[], { state: ExecutionState; count: number }>(
+      "SELECT state, COUNT(*) AS count FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') GROUP BY state",
     );
-    this.pageByAutomationAndState = db.prepare<[string, string, string, number], ExecutionRow>(
-      "SELECT * FROM automation_executions WHERE automation_id = ? AND state = ? AND id > ? ORDER BY id LIMIT ?",
-    );
-    this.countAllByStateStmt = db.prepare<[], { state: ExecutionState; count: number }>(
-      "SELECT state, COUNT(*) AS count FROM automation_executions GROUP BY state",
-    );
-    this.countInStateAfterStmt = db
-      .prepare<[ExecutionState, string], number>("SELECT COUNT(*) FROM automation_executions WHERE state = ? AND id > ?")
-      .pluck();
-    this.countInStateBetweenStmt = db
-      .prepare<[ExecutionState, string, string], number>("SELECT COUNT(*) FROM automation_executions WHERE state = ? AND id > ? AND id <= ?")
+    this.countInStateAfterStmt = {
+      finished: db
+        .prepare<[ExecutionState, string], number>(
+          "SELECT COUNT(*) FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?",
+        )
+        .pluck(),
+      unfinished: db
+        .prepare<[ExecutionState, string], number>(
+          `SELECT COUNT(*) FROM automation_executions INDEXED BY automation_executions_unfinished
+           WHERE state IN ('PENDING', 'RUNNING') AND state = ? AND id > ?`,
+        )
+        .pluck(),
+    };
+    this.countFinishedInStateBetweenStmt = db
+      .prepare<[ExecutionState, string, string], number>(
+        "SELECT COUNT(*) FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ? AND id <= ?",
+      )
       .pluck();
     this.oldestUnfinishedIdStmt = db
       .prepare<[], string | null>("SELECT min(id) FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')")
@@ -178,9 +209,9 @@ export class ExecutionsRepository {
   }
 
   /**
-   * How many executions are in each state (for /metrics). A GROUP BY over the whole table takes
-   * 65 ms at 1,000,000 executions, an event-loop stall on every scrape, so it runs once; later
-   * calls count the executions finished since (a range of the (state, id) index) and those
+   * How many executions are in each state (for /metrics). A GROUP BY over every finished execution
+   * takes 65 ms at 1,000,000 executions, an event-loop stall on every scrape, so it runs once; later
+   * calls count the executions finished since (a range of the finished (state, id) index) and those
    * after the oldest unfinished one. Should that ever disagree with the number of rows (ids out
    * of creation order after the clock stepped back across a restart), it counts everything again.
    */
@@ -191,7 +222,7 @@ export class ExecutionsRepository {
     if (settled !== undefined && throughId > settled.throughId && !this.db.inTransaction) {
       const counts = { ...settled.counts };
       for (const state of ["SUCCEEDED", "FAILED"] as const) {
-        counts[state] += this.countInStateBetweenStmt.get(state, settled.throughId, throughId) ?? 0;
+        counts[state] += this.countFinishedInStateBetweenStmt.get(state, settled.throughId, throughId) ?? 0;
       }
       settled = this.settled = { throughId, counts };
     }
@@ -200,7 +231,8 @@ export class ExecutionsRepository {
       if (sum(counts) === this.rowCountStmt.get()) return counts;
     }
     // The first call, or a disagreement: everything, and what is settled as of now.
-    const all = addCounts({ PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 }, this.countAllByStateStmt.all());
+    const all = addCounts({ PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 }, this.countFinishedByStateStmt.all());
+    addCounts(all, this.countAfter("").filter((row) => !isFinished(row.state)));
     if (!this.db.inTransaction) {
       const counts = { ...all };
       for (const row of this.countAfter(throughId)) counts[row.state] -= row.count;
@@ -209,11 +241,11 @@ export class ExecutionsRepository {
     return all;
   }
 
-  /** Executions by state with an id after `id`: one range of the (state, id) index per state. */
+  /** Executions by state with an id after `id`: one range of an index per state. */
   private countAfter(id: string): { state: ExecutionState; count: number }[] {
     return (["PENDING", "RUNNING", "SUCCEEDED", "FAILED"] as const).map((state) => ({
       state,
-      count: this.countInStateAfterStmt.get(state, id) ?? 0,
+      count: this.countInStateAfterStmt[half(state)].get(state, id) ?? 0,
     }));
   }
 
@@ -292,12 +324,21 @@ export class ExecutionsRepository {
       automationId === ""
         ? state === undefined
           ? this.pageAll.all(from, limit)
-          : this.pageByState.all(state, from, limit)
+          : this.pageByState[half(state)].all(state, from, limit)
         : state === undefined
           ? this.pageByAutomation.all(automationId, from, limit)
-          : this.pageByAutomationAndState.all(automationId, state, from, limit);
+          : this.pageByAutomationAndState[half(state)].all(automationId, state, from, limit);
     return rows.map(toExecution);
   }
+}
+
+function isFinished(state: ExecutionState): boolean {
+  return state === "SUCCEEDED" || state === "FAILED";
+}
+
+/** Which statement of a finished / unfinished pair serves `state` (see the constructor). */
+function half(state: ExecutionState): "finished" | "unfinished" {
+  return isFinished(state) ? "finished" : "unfinished";
 }
 
 /** `counts` with each row's count added to its state's. */

@@ -37,3 +37,12 @@ export function newId(): string {
   }
   return uuidv7({ random, msecs: lastMs, seq: sequence });
 }
+
+/**
+ * Every id created before `ms` sorts below this string and every id created at `ms` or later
+ * above it: a UUIDv7 starts with its creation time in ms, as 12 hex digits (8, a dash, 4).
+ */
+export function idsCreatedBefore(ms: number): string {
+  const hex = Math.max(0, Math.floor(ms)).toString(16).padStart(12, "0");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}`;
+}

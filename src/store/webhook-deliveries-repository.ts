@@ -1,4 +1,5 @@
 import type { Database } from "./database.js";
+import { idsCreatedBefore } from "./ids.js";
 
 /** One inbound webhook request and its verdict; never the body or a secret. */
 export interface WebhookDeliveryRecord {
@@ -79,8 +80,10 @@ export class WebhookDeliveriesRepository {
            SELECT id FROM webhook_deliveries WHERE automation_id = :automationId ORDER BY id DESC LIMIT 1 OFFSET :keep)
          ORDER BY id LIMIT :limit)`,
     );
-    this.deleteOlderStmt = db.prepare<[number, number]>(
-      "DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE received_at < ? LIMIT ?)",
+    // By id, not received_at: ids are UUIDv7, in arrival order, so the oldest entries are the
+    // first of the primary key and the log needs no index of its own on time (migration 005).
+    this.deleteOlderStmt = db.prepare<[string, number]>(
+      "DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE id < ? ORDER BY id LIMIT ?)",
     );
     this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_deliveries WHERE automation_id = ?");
   }
@@ -108,9 +111,9 @@ export class WebhookDeliveriesRepository {
     return rows.map(toDelivery);
   }
 
-  /** Deletes up to `limit` entries received before `cutoff`; returns how many. */
-  deleteReceivedBefore(cutoff: number, limit: number): number {
-    return this.deleteOlderStmt.run(cutoff, limit).changes;
+  /** Deletes up to `limit` entries logged before `cutoff` (by their id's time); returns how many. */
+  deleteLoggedBefore(cutoff: number, limit: number): number {
+    return this.deleteOlderStmt.run(idsCreatedBefore(cutoff), limit).changes;
   }
 
   /** The automations that have entries. */

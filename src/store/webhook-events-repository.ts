@@ -4,6 +4,7 @@ import type { Database } from "./database.js";
 export class WebhookEventsRepository {
   private readonly existsStmt;
   private readonly insertStmt;
+  private readonly insertIfNewStmt;
   private readonly deleteOlderStmt;
   private readonly countStmt;
 
@@ -13,6 +14,10 @@ export class WebhookEventsRepository {
       .pluck();
     this.insertStmt = db.prepare<[string, string, number, string]>(
       "INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)",
+    );
+    this.insertIfNewStmt = db.prepare<[string, string, number, string]>(
+      `INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)
+       ON CONFLICT (listener_id, event_id) DO NOTHING`,
     );
     this.deleteOlderStmt = db.prepare<[number, number]>(
       `DELETE FROM webhook_events WHERE (listener_id, event_id) IN (
@@ -30,6 +35,11 @@ export class WebhookEventsRepository {
   /** Throws on a duplicate (primary key): call inside the transaction that checked `has`. */
   insert(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): void {
     this.insertStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId);
+  }
+
+  /** Records the pair unless it is recorded already: false (and nothing written) for a duplicate. */
+  insertIfNew(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): boolean {
+    return this.insertIfNewStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId).changes > 0;
   }
 
   /** Deletes up to `limit` records received before `cutoff`; returns how many. */

@@ -1,10 +1,11 @@
 import type { JsonValue } from "@bufbuild/protobuf";
+import { newId } from "../store/ids.js";
 import type { Store } from "../store/store.js";
 import type { GroupCommit } from "./group-commit.js";
 import { Rejection } from "./rejection.js";
 
 /** The automations module's durable queue: creates a PENDING execution inside the caller's transaction. */
-export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string }) => {
+export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string; executionId: string }) => {
   executionId: string;
 };
 
@@ -41,13 +42,12 @@ export class EventAcceptance {
   async accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): Promise<AcceptedEvent | Rejection> {
     const events = this.store.webhooks.events;
     const accepted = await this.commits.run((): AcceptedEvent | undefined => {
-      if (events.has(event.listenerId, event.eventId)) return undefined;
-      const { executionId } = this.enqueue({
-        automationId: event.automationId,
-        trigger: event.trigger,
-        eventId: event.eventId,
-      });
-      events.insert({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId });
+      // The record first: its primary key is the check, one statement instead of a lookup and an insert.
+      const executionId = newId();
+      if (!events.insertIfNew({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId })) {
+        return undefined;
+      }
+      this.enqueue({ automationId: event.automationId, trigger: event.trigger, eventId: event.eventId, executionId });
       inTransaction(executionId);
       return { executionId };
     });

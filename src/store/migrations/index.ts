@@ -2,6 +2,7 @@ import { initialSchema } from "./001-initial-schema.js";
 import { automationsSchema } from "./003-automations.js";
 import { iamSchema } from "./002-iam.js";
 import { webhooksSchema } from "./004-webhooks.js";
+import { leanWriteIndexesSchema } from "./005-lean-write-indexes.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
 export interface Migration {
@@ -10,4 +11,4 @@ export interface Migration {
   sql: string;
 }
 
-export const migrations: readonly Migration[] = [initialSchema, iamSchema, webhooksSchema, automationsSchema];
+export const migrations: readonly Migration[] = [initialSchema, iamSchema, webhooksSchema, automationsSchema, leanWriteIndexesSchema];
