@@ -132,8 +132,8 @@ describe("ExecutionsRepository.listAfter", () => {
   });
 });
 
-describe("migration 005 (finished-only state indexes)", () => {
-  it("keeps the executions of a database made before it, and lists and counts them by state", async () => {
+describe("migration 005 (finished-only state indexes, delivery log keyed by automation)", () => {
+  it("keeps the executions and deliveries of a database made before it, and lists and counts them", async () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
     try {
       const path = join(dir, "accessd.db");
@@ -148,6 +148,12 @@ describe("migration 005 (finished-only state indexes)", () => {
       insert.run("e1", "SUCCEEDED");
       insert.run("e2", "PENDING");
       insert.run("e3", "FAILED");
+      const logDelivery = before.prepare(
+        "INSERT INTO webhook_deliveries (id, automation_id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id) VALUES (?, ?, 'ev', 200, 'accepted', '127.0.0.1', 1, 0, '')",
+      );
+      logDelivery.run("d1", "a");
+      logDelivery.run("d2", "b");
+      logDelivery.run("d3", "a");
       before.close();
 
       const store = Store.open(path);
@@ -156,6 +162,11 @@ describe("migration 005 (finished-only state indexes)", () => {
         expect(store.executions.listAfter({ automationId: "a", state: "PENDING" }, undefined, 10).map((e) => e.id)).toEqual(["e2"]);
         expect(store.executions.listAfter({ automationId: "", state: "FAILED" }, undefined, 10).map((e) => e.id)).toEqual(["e3"]);
         expect(store.executions.nextUnfinished()?.id).toBe("e2");
+        expect(store.webhooks.deliveries.listBefore("a", undefined, 10).map((d) => [d.id, d.automationId, d.reason])).toEqual([
+          ["d3", "a", "accepted"],
+          ["d1", "a", "accepted"],
+        ]);
+        expect(store.webhooks.deliveries.automationIds()).toEqual(["a", "b"]);
       } finally {
         await store.close();
       }

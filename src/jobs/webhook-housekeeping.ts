@@ -65,8 +65,9 @@ export function startWebhookHousekeeping(options: WebhookHousekeepingOptions): W
     const { events, deliveries, secrets } = store.webhooks;
     const result: HousekeepingResult = { events: 0, deliveries: 0, secrets: 0 };
     result.events = await inChunks(() => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
-    result.deliveries = await inChunks(() => deliveries.deleteLoggedBefore(cutoff, housekeepingChunkRows));
+    // The delivery log is kept by automation (its primary key), so it is pruned automation by automation.
     for (const automationId of stopped ? [] : deliveries.automationIds()) {
+      result.deliveries += await inChunks(() => deliveries.deleteLoggedBefore(automationId, cutoff, housekeepingChunkRows));
       result.deliveries += await inChunks(() => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
     }
     if (!stopped) result.secrets = store.transaction(() => secrets.deleteExpired(now));

@@ -75,15 +75,16 @@ export class WebhookDeliveriesRepository {
       .pluck();
     // The oldest `limit` entries beyond the newest `keep` of one automation.
     this.keepNewestStmt = db.prepare<{ automationId: string; keep: number; limit: number }>(
-      `DELETE FROM webhook_deliveries WHERE id IN (
+      `DELETE FROM webhook_deliveries WHERE automation_id = :automationId AND id IN (
          SELECT id FROM webhook_deliveries WHERE automation_id = :automationId AND id <= (
            SELECT id FROM webhook_deliveries WHERE automation_id = :automationId ORDER BY id DESC LIMIT 1 OFFSET :keep)
          ORDER BY id LIMIT :limit)`,
     );
-    // By id, not received_at: ids are UUIDv7, in arrival order, so the oldest entries are the
-    // first of the primary key and the log needs no index of its own on time (migration 005).
-    this.deleteOlderStmt = db.prepare<[string, number]>(
-      "DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries WHERE id < ? ORDER BY id LIMIT ?)",
+    // By id, not received_at: ids are UUIDv7, in arrival order, so an automation's oldest entries
+    // are the first of its range of the primary key, and the log needs no index on time.
+    this.deleteOlderStmt = db.prepare<[string, string, string, number]>(
+      `DELETE FROM webhook_deliveries WHERE automation_id = ? AND id IN (
+         SELECT id FROM webhook_deliveries WHERE automation_id = ? AND id < ? ORDER BY id LIMIT ?)`,
     );
     this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_deliveries WHERE automation_id = ?");
   }
@@ -111,9 +112,9 @@ export class WebhookDeliveriesRepository {
     return rows.map(toDelivery);
   }
 
-  /** Deletes up to `limit` entries logged before `cutoff` (by their id's time); returns how many. */
-  deleteLoggedBefore(cutoff: number, limit: number): number {
-    return this.deleteOlderStmt.run(idsCreatedBefore(cutoff), limit).changes;
+  /** Deletes up to `limit` of the automation's entries logged before `cutoff` (by their id's time); returns how many. */
+  deleteLoggedBefore(automationId: string, cutoff: number, limit: number): number {
+    return this.deleteOlderStmt.run(automationId, automationId, idsCreatedBefore(cutoff), limit).changes;
   }
 
   /** The automations that have entries. */
