@@ -132,8 +132,8 @@ describe("ExecutionsRepository.listAfter", () => {
   });
 });
 
-describe("migration 005 (finished-only state indexes, delivery log keyed by automation)", () => {
-  it("keeps the executions and deliveries of a database made before it, and lists and counts them", async () => {
+describe("migration 005 (finished-only state indexes, delivery log by automation, event records in arrival order)", () => {
+  it("keeps the executions, deliveries and event records of a database made before it", async () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
     try {
       const path = join(dir, "accessd.db");
@@ -154,6 +154,7 @@ describe("migration 005 (finished-only state indexes, delivery log keyed by auto
       logDelivery.run("d1", "a");
       logDelivery.run("d2", "b");
       logDelivery.run("d3", "a");
+      before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES ('l', 'ev', 5, 'e1')").run();
       before.close();
 
       const store = Store.open(path);
@@ -167,6 +168,9 @@ describe("migration 005 (finished-only state indexes, delivery log keyed by auto
           ["d1", "a", "accepted"],
         ]);
         expect(store.webhooks.deliveries.automationIds()).toEqual(["a", "b"]);
+        // The event record still makes a second delivery of the same event a duplicate.
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev", receivedAt: 6, executionId: "e4" })).toBe(false);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev2", receivedAt: 6, executionId: "e4" })).toBe(true);
       } finally {
         await store.close();
       }

@@ -1,6 +1,6 @@
 import type { Database } from "./database.js";
 
-/** The (listener, Webhook-Event-Id) pairs already accepted: the idempotency record of spec 2.4. */
+/** The (listener, Webhook-Event-Id) pairs already accepted, in arrival order: the idempotency record of spec 2.4. */
 export class WebhookEventsRepository {
   private readonly existsStmt;
   private readonly insertStmt;
@@ -19,9 +19,11 @@ export class WebhookEventsRepository {
       `INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)
        ON CONFLICT (listener_id, event_id) DO NOTHING`,
     );
+    // Rows are in arrival order (rowid), so the oldest are the first `limit` rows; of those, the
+    // ones past the cutoff go. No index on received_at (migration 005).
     this.deleteOlderStmt = db.prepare<[number, number]>(
-      `DELETE FROM webhook_events WHERE (listener_id, event_id) IN (
-         SELECT listener_id, event_id FROM webhook_events WHERE received_at < ? LIMIT ?)`,
+      `DELETE FROM webhook_events WHERE rowid IN (
+         SELECT rowid FROM (SELECT rowid, received_at FROM webhook_events ORDER BY rowid LIMIT ?) WHERE received_at < ?)`,
     );
     this.countStmt = db
       .prepare<[string], number>("SELECT count(*) FROM webhook_events WHERE listener_id = ?")
@@ -32,7 +34,7 @@ export class WebhookEventsRepository {
     return this.existsStmt.get(listenerId, eventId) !== undefined;
   }
 
-  /** Throws on a duplicate (primary key): call inside the transaction that checked `has`. */
+  /** Throws on a duplicate (the unique key): call inside the transaction that checked `has`. */
   insert(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): void {
     this.insertStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId);
   }
@@ -42,9 +44,13 @@ export class WebhookEventsRepository {
     return this.insertIfNewStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId).changes > 0;
   }
 
-  /** Deletes up to `limit` records received before `cutoff`; returns how many. */
+  /**
+   * Deletes the records received before `cutoff` among the `limit` oldest; returns how many (fewer
+   * than `limit`: nothing older is left, in arrival order). Should the clock have stepped back,
+   * records that arrived after a later-dated one wait until it expires too.
+   */
   deleteReceivedBefore(cutoff: number, limit: number): number {
-    return this.deleteOlderStmt.run(cutoff, limit).changes;
+    return this.deleteOlderStmt.run(limit, cutoff).changes;
   }
 
   countFor(listenerId: string): number {

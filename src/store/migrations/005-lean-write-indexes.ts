@@ -13,12 +13,16 @@ import type { Migration } from "./index.js";
  *   delete of it names the automation, so the rowid table, its id index, its (automation_id, id)
  *   index and its received_at index were four b-trees where one does. It is pruned by id
  *   (UUIDv7: the first 48 bits are the arrival time in ms), automation by automation.
+ * - Event records are a rowid table in arrival order with a unique index on (listener_id,
+ *   event_id), instead of a WITHOUT ROWID table on that key and an index on received_at: the
+ *   random key is unavoidable, but its entries are now narrower (more to a page, fewer splits),
+ *   and the rows append to the table's last page; they expire from the front of the table.
  *
  * Together about a quarter fewer WAL frames per accepted webhook (bench/RESULTS.md).
  */
 export const leanWriteIndexesSchema: Migration = {
   version: 5,
-  name: "finished-only state indexes on executions; delivery log keyed by automation and id",
+  name: "finished-only state indexes on executions; delivery log keyed by automation and id; event records in arrival order",
   sql: `
 DROP INDEX automation_executions_by_state;
 DROP INDEX automation_executions_by_automation_state;
@@ -42,5 +46,16 @@ INSERT INTO webhook_deliveries_v5
   SELECT automation_id, id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id FROM webhook_deliveries;
 DROP TABLE webhook_deliveries;
 ALTER TABLE webhook_deliveries_v5 RENAME TO webhook_deliveries;
+CREATE TABLE webhook_events_v5 (
+  listener_id TEXT NOT NULL,
+  event_id TEXT NOT NULL,
+  received_at INTEGER NOT NULL,
+  execution_id TEXT NOT NULL
+) STRICT;
+INSERT INTO webhook_events_v5 (listener_id, event_id, received_at, execution_id)
+  SELECT listener_id, event_id, received_at, execution_id FROM webhook_events ORDER BY received_at;
+DROP TABLE webhook_events;
+ALTER TABLE webhook_events_v5 RENAME TO webhook_events;
+CREATE UNIQUE INDEX webhook_events_by_event ON webhook_events (listener_id, event_id);
 `,
 };
