@@ -207,8 +207,8 @@ describe("housekeeping job", () => {
     const clock = new ManualClock(10 * 86_400_000);
     const day = 86_400_000;
     const events = store.webhooks.events;
-    events.insert({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
-    events.insert({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
+    events.insertIfNew({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
+    events.insertIfNew({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
     const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 7 * day });
     await job.firstPass; // it runs once at start
     expect(events.has("l", "old")).toBe(false);
@@ -282,7 +282,7 @@ describe("housekeeping job", () => {
     const old = 2.5 * housekeepingChunkRows;
     store.transaction(() => {
       for (let i = 0; i < old; i++) {
-        store.webhooks.events.insert({ listenerId: "l", eventId: `e${i}`, receivedAt: 0, executionId: "x" });
+        store.webhooks.events.insertIfNew({ listenerId: "l", eventId: `e${i}`, receivedAt: 0, executionId: "x" });
         store.webhooks.deliveries.insert({
           id: uuidv7({ msecs: 10 * day, seq: i }),
           automationId: "a",

@@ -3,7 +3,6 @@ import type { Database } from "./database.js";
 /** The (listener, Webhook-Event-Id) pairs already accepted, in arrival order: the idempotency record of spec 2.4. */
 export class WebhookEventsRepository {
   private readonly existsStmt;
-  private readonly insertStmt;
   private readonly insertIfNewStmt;
   private readonly deleteOlderStmt;
   private readonly countStmt;
@@ -12,9 +11,6 @@ export class WebhookEventsRepository {
     this.existsStmt = db
       .prepare<[string, string], number>("SELECT 1 FROM webhook_events WHERE listener_id = ? AND event_id = ?")
       .pluck();
-    this.insertStmt = db.prepare<[string, string, number, string]>(
-      "INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)",
-    );
     this.insertIfNewStmt = db.prepare<[string, string, number, string]>(
       `INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)
        ON CONFLICT (listener_id, event_id) DO NOTHING`,
@@ -32,11 +28,6 @@ export class WebhookEventsRepository {
 
   has(listenerId: string, eventId: string): boolean {
     return this.existsStmt.get(listenerId, eventId) !== undefined;
-  }
-
-  /** Throws on a duplicate (the unique key): call inside the transaction that checked `has`. */
-  insert(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): void {
-    this.insertStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId);
   }
 
   /** Records the pair unless it is recorded already: false (and nothing written) for a duplicate. */

@@ -24,7 +24,7 @@ export interface EventToAccept {
 /**
  * Stage 9: record (listener, event id) and create the execution in one transaction, so an event
  * is either recorded with its execution or not at all, and of two requests with the same event id
- * exactly one gets past the check (the primary key guards the rest). Acceptances of one
+ * exactly one is recorded (the record's unique key is the check). Acceptances of one
  * event-loop turn share a transaction (GroupCommit), each in its own savepoint and checked on its
  * own, so a later duplicate in the same group sees the earlier one; the answer waits for the
  * commit.
@@ -42,7 +42,7 @@ export class EventAcceptance {
   async accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): Promise<AcceptedEvent | Rejection> {
     const events = this.store.webhooks.events;
     const accepted = await this.commits.run((): AcceptedEvent | undefined => {
-      // The record first: its primary key is the check, one statement instead of a lookup and an insert.
+      // The record first: its unique key is the check, one statement instead of a lookup and an insert.
       const executionId = newId();
       if (!events.insertIfNew({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId })) {
         return undefined;

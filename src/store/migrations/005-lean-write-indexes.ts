@@ -18,7 +18,8 @@ import type { Migration } from "./index.js";
  *   random key is unavoidable, but its entries are now narrower (more to a page, fewer splits),
  *   and the rows append to the table's last page; they expire from the front of the table.
  *
- * Together about a quarter fewer WAL frames per accepted webhook (bench/RESULTS.md).
+ * Together about a third fewer WAL frames per accepted webhook: 3.36 instead of 4.85
+ * (bench/store-webhook.ts, README "Performance").
  */
 export const leanWriteIndexesSchema: Migration = {
   version: 5,
