@@ -143,7 +143,11 @@ export class ExecutionRunner {
     return { execution, steps, context, position: done.length, claimedAt, markedRunning: execution.state === "RUNNING" };
   }
 
-  /** One step, recorded in the batch's transaction (in a savepoint); true when the execution ended with it. */
+  /**
+   * One step, written in the batch's transaction; true when the execution ended with it. No
+   * savepoint of its own: a step's failure is an outcome (recorded), and anything that throws
+   * (the store failing, a second record of the same step) rolls the whole batch back anyway.
+   */
   private runNextStep(current: InProgress, lines: LogLine[]): boolean {
     const { store, clock, programs } = this.options;
     const { execution, steps, context, position, claimedAt } = current;
@@ -151,15 +155,12 @@ export class ExecutionRunner {
     if (step === undefined) return true;
     const last = position === steps.length - 1;
     const startedAt = clock.now();
-    const record = store.transaction((): StepRecord => {
-      const outcome = runStep(store, startedAt, step, programs, context);
-      const finishedAt = clock.now();
-      const stepRecord: StepRecord = { position, name: step.name, ...outcome, startedAt, finishedAt };
-      store.executions.recordStep(execution.id, stepRecord);
-      if (outcome.state === "FAILED") store.executions.finish(execution.id, "FAILED", stepError(stepRecord), finishedAt, claimedAt);
-      else if (last) store.executions.finish(execution.id, "SUCCEEDED", "", finishedAt, claimedAt);
-      return stepRecord;
-    });
+    const outcome = runStep(store, startedAt, step, programs, context);
+    const finishedAt = clock.now();
+    const record: StepRecord = { position, name: step.name, ...outcome, startedAt, finishedAt };
+    store.executions.recordStep(execution.id, record);
+    if (outcome.state === "FAILED") store.executions.finish(execution.id, "FAILED", stepError(record), finishedAt, claimedAt);
+    else if (last) store.executions.finish(execution.id, "SUCCEEDED", "", finishedAt, claimedAt);
     current.position++;
     if (record.output !== undefined) context.addOutput(step.name, record.output);
     if (step.action.kind === "log" && record.state === "SUCCEEDED") {
