@@ -71,8 +71,7 @@ export class Store {
    * Runs `fn` in one transaction (IMMEDIATE: takes the write lock at once), or in a savepoint when
    * called inside one: `fn` throwing rolls back its own writes only. What better-sqlite3's
    * `db.transaction(fn).immediate()` does, with the statements prepared once: that call builds
-   * four wrapper functions each time, 5 us a transaction or savepoint (a step of an execution runs
-   * in one; bench/RESULTS.md).
+   * four wrapper functions each time, 5 us a transaction or savepoint (bench/RESULTS.md).
    */
   transaction<T>(fn: () => T): T {
     const { db, txStatements: sql } = this;
