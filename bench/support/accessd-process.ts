@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -7,6 +7,21 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 /** The tsx loader, for child processes that run TypeScript (`node --import <tsxLoader> file.ts`). */
 export const tsxLoader = pathToFileURL(`${repoRoot}node_modules/tsx/dist/loader.mjs`).href;
+
+let built = false;
+
+/**
+ * Compiles src/ to dist/ (tsc; about a second with TypeScript 7), once per bench
+ * process, so that the server measured is the code `npm start` runs, built from the working tree.
+ */
+function buildDist(): void {
+  if (built) return;
+  execFileSync(process.execPath, [`${repoRoot}node_modules/typescript/bin/tsc`, "-p", `${repoRoot}tsconfig.build.json`], {
+    cwd: repoRoot,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  built = true;
+}
 
 /** Bootstrap credentials the benchmark server is started with (used once auth exists). */
 const bootstrap = { clientId: "bench", clientSecret: "bench-secret-0123456789abcdef" };
@@ -38,9 +53,9 @@ async function freePort(): Promise<number> {
 }
 
 /**
- * Runs `accessd serve` as a separate process over `database`, as an operator would, so that the
- * load generator in this process does not share its event loop. Logs go to /dev/null at the
- * level given (info by default, as shipped).
+ * Runs `accessd serve` as a separate process over `database`, as an operator would (`npm start`:
+ * the compiled dist/, rebuilt from src/ first), so that the load generator in this process does
+ * not share its event loop. Logs go to /dev/null at the level given (info by default, as shipped).
  */
 export async function startAccessdProcess(database: string, logLevel = "info"): Promise<AccessdProcess> {
   const port = await freePort();
@@ -48,7 +63,8 @@ export async function startAccessdProcess(database: string, logLevel = "info"): 
   // with `npx tsx bench/support/profile-summary.ts <file>`).
   const profileDir = process.env.BENCH_CPU_PROF;
   const profiling = profileDir === undefined || profileDir === "" ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`];
-  const child: ChildProcess = spawn(process.execPath, [...profiling, "--import", tsxLoader, `${repoRoot}src/cli/main.ts`, "serve"], {
+  buildDist();
+  const child: ChildProcess = spawn(process.execPath, [...profiling, `${repoRoot}dist/src/cli/main.js`, "serve"], {
     cwd: repoRoot,
     env: {
       ...process.env,
