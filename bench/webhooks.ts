@@ -412,7 +412,6 @@ try {
   }
   const [bareRounds, hmacOnlyRounds, durableRounds, hmacRounds] = roundsOf as [Phase[], Phase[], Phase[], Phase[]];
   const baseline = medianBy(bareRounds, (p) => p.rps);
-  const references = [hmacOnlyRounds, durableRounds].map((rounds) => medianBy(rounds, (p) => p.rps));
   const hmacMax = medianBy(hmacRounds, (p) => p.rps);
   /** Per-round ratios of a contender's rate to another's (the bare server's by default). */
   const ratios = (rounds: Phase[], to: Phase[] = bareRounds) => rounds.map((p, i) => p.rps / to[i]!.rps);
@@ -441,7 +440,7 @@ try {
     phase.drainSeconds = await drain(server, "HMAC half rate");
     halves.push(phase);
   }
-  const half = [...halves].sort((a, b) => a.p99 - b.p99)[Math.floor(halves.length / 2)] ?? halves[0]!;
+  const half = medianBy(halves, (h) => h.p99);
   // JWT phases send pre-signed tokens: as many as the HMAC rate would send in the phase (capped).
   const jwtRequests = Math.min(Math.round(hmacMax.rps * seconds), 60_000);
   for (const { kid, alg, key } of onlyHmac ? [] : keys) {
@@ -461,15 +460,15 @@ try {
     unit: "req/s",
     note: `${roundsNote(bareRounds)}; p50 ${baseline.p50} ms, p99 ${baseline.p99} ms; ${common}, same load generator${cpuNote(baseline)}`,
   });
-  [hmacOnlyRounds, durableRounds].forEach((rounds, i) => {
-    const reference = references[i]!;
+  for (const rounds of [hmacOnlyRounds, durableRounds]) {
+    const reference = medianBy(rounds, (p) => p.rps);
     report({
       name: reference.label,
       value: round(reference.rps, 0),
       unit: "req/s",
       note: `${round(median(ratios(rounds)), 3)}x the bare server (${ratiosNote(ratios(rounds))}); ${roundsNote(rounds)}; p50 ${reference.p50} ms, p99 ${reference.p99} ms; ${common}${cpuNote(reference)}`,
     });
-  });
+  }
   const hmacRatios = ratios(hmacRounds);
   const durableRatios = ratios(hmacRounds, durableRounds);
   report({
