@@ -3,6 +3,49 @@ import type { LogLevel } from "./config.js";
 
 export type { Logger };
 
+/** What pino writes its lines to: a sonic-boom on stdout, or a stream given by a test. */
+interface LineDestination {
+  write(line: string): unknown;
+  flush?(callback?: (error?: Error) => void): void;
+}
+
+/**
+ * The logger's destination: passes each line on, except inside `logInOneWrite`, where the lines
+ * are held and then passed on as one string. pino's own stdout destination (sonic-boom, not
+ * synchronous) pays for every write by measuring its whole pending buffer again: 3.9 us a line
+ * when many lines come together, against 1.4 us when they are written as one (issue 7,
+ * README "Performance").
+ */
+class LineHolder implements LineDestination {
+  private held: string[] | undefined;
+
+  constructor(private readonly destination: LineDestination) {}
+
+  write(line: string): void {
+    if (this.held === undefined) this.destination.write(line);
+    else this.held.push(line);
+  }
+
+  /** Runs `log` with the lines it writes held, then writes them at once (also when `log` throws). */
+  inOneWrite(log: () => void): void {
+    if (this.held !== undefined) return log(); // already holding: the outer call writes them
+    this.held = [];
+    try {
+      log();
+    } finally {
+      const lines = this.held;
+      this.held = undefined;
+      if (lines.length > 0) this.destination.write(lines.join(""));
+    }
+  }
+
+  /** pino's `logger.flush()`: the destination's, when it has one. */
+  flush(callback?: (error?: Error) => void): void {
+    if (typeof this.destination.flush === "function") this.destination.flush(callback);
+    else callback?.();
+  }
+}
+
 /**
  * JSON logs on stdout. Secrets are kept out of log objects by construction (log calls name the
  * fields they write; bodies, tokens and secrets are never among them). As a safety net, the
@@ -28,5 +71,17 @@ export function createLogger(level: LogLevel, destination?: NodeJS.WritableStrea
       censor: "[redacted]",
     },
   };
-  return destination === undefined ? pino(options) : pino(options, destination);
+  // pino.destination() is what pino() uses by default: stdout, flushed when the process exits.
+  return pino(options, new LineHolder(destination ?? pino.destination()) as unknown as NodeJS.WritableStream);
+}
+
+/**
+ * Runs `log`; the lines it logs through `logger` (or a child of it) reach the destination in one
+ * write, after `log` returned. For the many lines of one unit of work, such as the log steps of
+ * one batch of the automation worker.
+ */
+export function logInOneWrite(logger: Logger, log: () => void): void {
+  const destination = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym];
+  if (destination instanceof LineHolder) destination.inOneWrite(log);
+  else log();
 }

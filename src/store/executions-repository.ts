@@ -88,7 +88,7 @@ export class ExecutionsRepository {
   private readonly insertStmt;
   private readonly getStmt;
   private readonly versionStmt;
-  private readonly nextUnfinishedStmt;
+  private readonly oldestUnfinishedStmt;
   private readonly startStmt;
   private readonly finishStmt;
   private readonly insertStepStmt;
@@ -123,9 +123,9 @@ export class ExecutionsRepository {
     // Pinned to the queue's own index: left to itself, the planner once read every unfinished row
     // through another index and sorted them for the oldest, twice the cost of this first entry
     // (test/store-query-plans.test.ts).
-    this.nextUnfinishedStmt = db.prepare<[], ExecutionRow>(
+    this.oldestUnfinishedStmt = db.prepare<[number], ExecutionRow>(
       `SELECT * FROM automation_executions INDEXED BY automation_executions_unfinished
-       WHERE state IN ('PENDING', 'RUNNING') ORDER BY id LIMIT 1`,
+       WHERE state IN ('PENDING', 'RUNNING') ORDER BY id LIMIT ?`,
     );
     this.startStmt = db.prepare<[number, string]>(
       "UPDATE automation_executions SET state = 'RUNNING', started_at = coalesce(started_at, ?) WHERE id = ?",
@@ -271,10 +271,9 @@ export class ExecutionsRepository {
     return row === undefined ? undefined : toExecution(row);
   }
 
-  /** The oldest execution not yet finished (an interrupted RUNNING one, or the next PENDING). */
-  nextUnfinished(): Execution | undefined {
-    const row = this.nextUnfinishedStmt.get();
-    return row === undefined ? undefined : toExecution(row);
+  /** The `limit` oldest executions not yet finished (interrupted RUNNING ones and PENDING ones), oldest first. */
+  oldestUnfinished(limit: number): Execution[] {
+    return this.oldestUnfinishedStmt.all(limit).map(toExecution);
   }
 
   /** PENDING -> RUNNING; a resumed execution keeps its first start time. */
