@@ -7,6 +7,7 @@ export type { Logger };
 interface LineDestination {
   write(line: string): unknown;
   flush?(callback?: (error?: Error) => void): void;
+  flushSync?(): void;
 }
 
 /**
@@ -43,6 +44,11 @@ class LineHolder implements LineDestination {
   flush(callback?: (error?: Error) => void): void {
     if (typeof this.destination.flush === "function") this.destination.flush(callback);
     else callback?.();
+  }
+
+  /** What pino calls after a `fatal` line: the destination's, when it has one. */
+  flushSync(): void {
+    this.destination.flushSync?.();
   }
 }
 

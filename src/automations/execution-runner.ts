@@ -134,8 +134,8 @@ export class ExecutionRunner {
   /** Claims the oldest unfinished execution and loads where it stands ("finished" when nothing is left to run). */
   private claim(lines: LogLine[]): InProgress | "finished" | undefined {
     const { store, clock } = this.options;
-    if (this.upcoming.length === 0) this.upcoming = store.executions.oldestUnfinished(claimReadAhead).reverse();
-    const execution = this.upcoming.pop();
+    if (this.upcoming.length === 0) this.upcoming = store.executions.oldestUnfinished(claimReadAhead);
+    const execution = this.upcoming.shift();
     if (execution === undefined) return undefined;
     const claimedAt = clock.now();
     const steps = this.stepsOf(execution);
