@@ -78,7 +78,7 @@ export function createLogger(level: LogLevel, destination?: NodeJS.WritableStrea
     },
   };
   // pino.destination() is what pino() uses by default: stdout, flushed when the process exits.
-  return pino(options, new LineHolder(destination ?? pino.destination()) as unknown as NodeJS.WritableStream);
+  return pino(options, new LineHolder(destination ?? pino.destination()));
 }
 
 /**
