@@ -1,6 +1,6 @@
 /**
  * Inbound webhook benchmarks (issues 5 and 7), against `accessd serve` in its own process over a
- * SQLite file, with the load generated here by autocannon (HTTP/1.1, keep-alive, 16 connections):
+ * SQLite file, with the load generated here by autocannon (HTTP/1.1, keep-alive):
  *
  * 1. A bare `node:http` server (its own process) that reads the body and answers 200: the ceiling
  *    of this machine and load generator, measured in the same run.
@@ -10,6 +10,8 @@
  * 3. Accepted HMAC webhooks per second at full load (each request a new event id, signed as it is
  *    sent). Phases 1-3 run in rounds (BENCH_ROUNDS, 5; 5 s phases), one after the other in an
  *    order that rotates; each ratio is taken within a round and the median of the rounds reported.
+ *    In each round every server runs at each concurrency of a sweep (BENCH_CONNECTIONS, "16,64,256"
+ *    connections) and its best rate is its maximum of the round.
  *    Then p50/p99 latency at half that rate (three phases, the median p99 reported), sent
  *    open-loop at even intervals (pacedRun: autocannon's overallRate sends each second's budget
  *    back to back and then waits, which measures bursts at full speed, not half the load).
@@ -37,7 +39,18 @@ import { hmacSignature } from "../src/webhooks/hmac-signature.js";
 import { procCpuSeconds, startAccessdProcess, tsxLoader, type AccessdProcess } from "./support/accessd-process.js";
 import { phaseSeconds, progress, report, round } from "./support/report.js";
 
-const connections = Number(process.env.BENCH_CONNECTIONS ?? 16);
+/**
+ * The concurrencies a maximum rate is looked for at. A server's maximum is its best rate over
+ * them: the bare server is saturated by 16 connections, while accessd, which commits the webhooks
+ * of an event-loop turn together, does more in a turn the more senders are in flight (its main
+ * thread was still 10% idle at 16). One concurrency for all would measure one of them below its
+ * maximum; every level's rates are in the report.
+ */
+const connectionLevels = (process.env.BENCH_CONNECTIONS ?? "16,64,256").split(",").map((level) => {
+  const n = Number(level);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`BENCH_CONNECTIONS: "${level}" is not a number of connections`);
+  return n;
+});
 const seconds = phaseSeconds(8);
 const onlyHmac = process.env.BENCH_ONLY === "hmac";
 /** Paced phases at half the maximum HMAC rate; the median p99 is reported. */
@@ -51,6 +64,8 @@ const bodyHash = createHash("sha256").update(body).digest("base64url");
 interface Phase {
   label: string;
   rps: number;
+  /** The load generator's connections (closed-loop phases). */
+  connections?: number;
   /** Server CPU time per request during the phase, in microseconds (undefined when unknown). */
   cpuUs?: number;
   p50: number;
@@ -70,7 +85,7 @@ let accepted = 0;
 /** The process whose CPU time a phase reports (the server under test). */
 let measuredPid: number | undefined;
 
-async function run(label: string, url: string, requests: autocannon.Request[], limit: Limit, countsAccepted = true, pid = measuredPid): Promise<Phase> {
+async function run(label: string, url: string, requests: autocannon.Request[], limit: Limit, connections: number, countsAccepted = true, pid = measuredPid): Promise<Phase> {
   const cpuBefore = pid === undefined ? undefined : procCpuSeconds(pid);
   const result = await autocannon({ url, method: "POST", connections, requests, ...limit });
   const cpuAfter = pid === undefined ? undefined : procCpuSeconds(pid);
@@ -81,8 +96,8 @@ async function run(label: string, url: string, requests: autocannon.Request[], l
   if (countsAccepted) accepted += result["2xx"];
   const rps = result.requests.total / result.duration;
   const cpu = cpuUs === undefined ? "" : `, server CPU ${round(cpuUs, 0)} us/request`;
-  progress(`${label}: ${round(rps, 0)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms${cpu}`);
-  return { label, rps, p50: result.latency.p50, p99: result.latency.p99, cpuUs };
+  progress(`${label}, ${connections} connections: ${round(rps, 0)} req/s, p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms${cpu}`);
+  return { label, rps, connections, p50: result.latency.p50, p99: result.latency.p99, cpuUs };
 }
 
 /** The element with the median key (the lower of the middle two of an even count). */
@@ -373,8 +388,9 @@ try {
   const baseUrl = hmac.endpointUrl.slice(0, hmac.endpointUrl.indexOf("/api/v1/"));
   const pathOf = (listenerId: string) => `/api/v1/webhooks/incoming/${listenerId}`;
 
-  progress(`warm-up (${connections} connections)...`);
-  await run("warm-up", server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), { duration: 2 });
+  const warmUpConnections = Math.max(...connectionLevels);
+  progress(`warm-up (${warmUpConnections} connections)...`);
+  await run("warm-up", server.url, hmacRequests(hmac.secret, pathOf(hmac.listenerId)), { duration: 2 }, warmUpConnections);
   await drain(server, "warm-up");
 
   // The maximum rates, in rounds: the bare server, the two reference receivers (what checking the
@@ -382,7 +398,9 @@ try {
   // around them) and accessd, one after the other, in an order that rotates from round to round.
   // Each ratio is taken within its round and the median of the rounds is reported: on this shared
   // VM a server's rate moves by a third from one minute to the next, so one phase of each, a
-  // minute apart, could put the ratio anywhere in that range.
+  // minute apart, could put the ratio anywhere in that range. Within its turn, each server runs at
+  // every concurrency of the sweep (in an order that alternates from round to round), and its best
+  // rate is its maximum of that round.
   const receivers = [];
   for (const [label, database] of [
     ["reference receiver, HMAC check only", undefined],
@@ -395,22 +413,30 @@ try {
     ...receivers.map((r) => ({ label: r.label, url: r.url, path: "/", pid: r.pid, accessd: false })),
     { label: "HMAC", url: server.url, path: pathOf(hmac.listenerId), pid: server.pid, accessd: true },
   ];
-  const roundsOf = contenders.map((): Phase[] => []);
+  /** For each contender, each round's phases, one per concurrency level. */
+  const sweepsOf = contenders.map((): Phase[][] => []);
   try {
     for (let r = 0; r < maxRateRounds; r++) {
+      const levels = r % 2 === 0 ? connectionLevels : [...connectionLevels].reverse();
       for (let k = 0; k < contenders.length; k++) {
         const i = (k + r) % contenders.length;
         const c = contenders[i]!;
-        progress(`round ${r + 1} of ${maxRateRounds}: ${c.label}, ${roundSeconds}s...`);
-        const phase = await run(c.label, c.url, hmacRequests(hmac.secret, c.path), { duration: roundSeconds }, c.accessd, c.pid);
-        if (c.accessd) phase.drainSeconds = await drain(server, "HMAC");
-        roundsOf[i]!.push(phase);
+        const sweep: Phase[] = [];
+        for (const level of levels) {
+          progress(`round ${r + 1} of ${maxRateRounds}: ${c.label}, ${level} connections, ${roundSeconds}s...`);
+          const phase = await run(c.label, c.url, hmacRequests(hmac.secret, c.path), { duration: roundSeconds }, level, c.accessd, c.pid);
+          if (c.accessd) phase.drainSeconds = await drain(server, "HMAC");
+          sweep.push(phase);
+        }
+        sweepsOf[i]!.push(sweep);
       }
     }
   } finally {
     for (const receiver of receivers) receiver.child.kill("SIGTERM");
   }
-  const [bareRounds, hmacOnlyRounds, durableRounds, hmacRounds] = roundsOf as [Phase[], Phase[], Phase[], Phase[]];
+  const best = (sweep: Phase[]) => sweep.reduce((a, b) => (b.rps > a.rps ? b : a));
+  const [bareRounds, hmacOnlyRounds, durableRounds, hmacRounds] = sweepsOf.map((sweeps) => sweeps.map(best)) as [Phase[], Phase[], Phase[], Phase[]];
+  const [bareSweeps, hmacOnlySweeps, durableSweeps, hmacSweeps] = sweepsOf as [Phase[][], Phase[][], Phase[][], Phase[][]];
   const baseline = medianBy(bareRounds, (p) => p.rps);
   const hmacMax = medianBy(hmacRounds, (p) => p.rps);
   /** Per-round ratios of a contender's rate to another's (the bare server's by default). */
@@ -446,28 +472,34 @@ try {
   for (const { kid, alg, key } of onlyHmac ? [] : keys) {
     progress(`signing ${jwtRequests} ${alg} tokens...`);
     const requests = await jwtRequests_(jwtRequests, key, kid, alg, jwt.endpointUrl, baseUrl, pathOf(jwt.listenerId));
-    const phase = await run(`JWT ${alg}`, server.url, requests, { amount: jwtRequests });
+    const phase = await run(`JWT ${alg}`, server.url, requests, { amount: jwtRequests }, hmacMax.connections ?? warmUpConnections);
     phase.drainSeconds = await drain(server, `JWT ${alg}`);
     phases.push(phase);
   }
 
-  const common = `${connections} connections, ${body.length}-byte body`;
-  const roundsNote = (rounds: Phase[]) => `median of ${rounds.length} rounds of ${roundSeconds} s (${rounds.map((p) => round(p.rps, 0)).join(", ")} req/s)`;
+  const common = `${body.length}-byte body`;
+  const roundsNote = (rounds: Phase[]) =>
+    `median of ${rounds.length} rounds' best rates, ${roundSeconds} s phases (${rounds.map((p) => `${round(p.rps, 0)} @${p.connections}`).join(", ")} req/s; @n: at n connections)`;
+  /** Each level's median rate over the rounds: how the server's rate moves with concurrency. */
+  const sweepNote = (sweeps: Phase[][]) =>
+    `by connections, the rounds' medians: ${connectionLevels
+      .map((level) => `${level}: ${round(median(sweeps.map((sweep) => sweep.find((p) => p.connections === level)?.rps ?? 0)), 0)}`)
+      .join(", ")} req/s`;
   const ratiosNote = (values: number[]) => `median of the ${values.length} rounds' ratios (${values.map((v) => round(v, 3)).join(", ")})`;
   report({
     name: "bare node:http answering 200",
     value: round(baseline.rps, 0),
     unit: "req/s",
-    note: `${roundsNote(bareRounds)}; p50 ${baseline.p50} ms, p99 ${baseline.p99} ms; ${common}, same load generator${cpuNote(baseline)}`,
+    note: `${roundsNote(bareRounds)}; ${sweepNote(bareSweeps)}; p50 ${baseline.p50} ms, p99 ${baseline.p99} ms; ${common}, same load generator${cpuNote(baseline)}`,
   });
-  for (const rounds of [hmacOnlyRounds, durableRounds]) {
+  for (const [rounds, sweeps] of [[hmacOnlyRounds, hmacOnlySweeps], [durableRounds, durableSweeps]] as const) {
     const reference = medianBy(rounds, (p) => p.rps);
     const toBare = ratios(rounds);
     report({
       name: reference.label,
       value: round(reference.rps, 0),
       unit: "req/s",
-      note: `${round(median(toBare), 3)}x the bare server (${ratiosNote(toBare)}); ${roundsNote(rounds)}; p50 ${reference.p50} ms, p99 ${reference.p99} ms; ${common}${cpuNote(reference)}`,
+      note: `${round(median(toBare), 3)}x the bare server (${ratiosNote(toBare)}); ${roundsNote(rounds)}; ${sweepNote(sweeps)}; p50 ${reference.p50} ms, p99 ${reference.p99} ms; ${common}${cpuNote(reference)}`,
     });
   }
   const hmacRatios = ratios(hmacRounds);
@@ -476,7 +508,7 @@ try {
     name: "accepted webhooks, HMAC",
     value: round(hmacMax.rps, 0),
     unit: "req/s",
-    note: `${roundsNote(hmacRounds)}; p50 ${hmacMax.p50} ms, p99 ${hmacMax.p99} ms; ${common}; every execution SUCCEEDED at most ${round(Math.max(...hmacRounds.map((p) => p.drainSeconds ?? 0)), 2)} s after the load stopped${cpuNote(hmacMax)}`,
+    note: `${roundsNote(hmacRounds)}; ${sweepNote(hmacSweeps)}; p50 ${hmacMax.p50} ms, p99 ${hmacMax.p99} ms; ${common}; every execution SUCCEEDED at most ${round(Math.max(...hmacRounds.map((p) => p.drainSeconds ?? 0)), 2)} s after the load stopped${cpuNote(hmacMax)}`,
   });
   report({ name: "accepted webhooks, HMAC / bare node:http", value: round(median(hmacRatios), 3), unit: "x", note: ratiosNote(hmacRatios) });
   report({
@@ -490,7 +522,7 @@ try {
       name: `accepted webhooks, ${phase.label}`,
       value: round(phase.rps, 0),
       unit: "req/s",
-      note: `${round(phase.rps / baseline.rps, 3)}x the bare server's median; p50 ${phase.p50} ms, p99 ${phase.p99} ms; ${common}; every execution SUCCEEDED ${round(phase.drainSeconds ?? 0, 2)} s after the load stopped${cpuNote(phase)}`,
+      note: `${round(phase.rps / baseline.rps, 3)}x the bare server's median; p50 ${phase.p50} ms, p99 ${phase.p99} ms; ${phase.connections} connections (HMAC's best), ${common}; every execution SUCCEEDED ${round(phase.drainSeconds ?? 0, 2)} s after the load stopped${cpuNote(phase)}`,
     });
     report({ name: `accepted webhooks, ${phase.label} / bare node:http`, value: round(phase.rps / baseline.rps, 3), unit: "x", note: "one phase, against the bare server's median rate" });
   }
