@@ -37,4 +37,30 @@ describe("WAL checkpoints from their own thread", () => {
     expect(reopened.db.prepare("SELECT count(*) FROM apps").pluck().get()).toBe(2_000);
     await reopened.close();
   });
+
+  it("checkpoints the first commits after an idle spell within tens of milliseconds, not after a pause grown to a second", async () => {
+    const path = join(dir, "idle.db");
+    const store = Store.open(path, { backgroundCheckpoints: { busyIntervalMs: 5 } });
+    const insertApps = (label: string) =>
+      store.transaction(() => {
+        for (let i = 0; i < 100; i++) {
+          const now = Date.now();
+          store.apps.insert({ id: newId(), displayName: `${label}-${i}`, description: "x".repeat(200), createdAt: now, updatedAt: now });
+        }
+      });
+    const delays: number[] = [];
+    for (let spell = 0; spell < 3; spell++) {
+      // Long enough for a pause that doubles from 5 ms to reach 1 s (5 + 10 + ... + 640 ms).
+      await sleep(1_400);
+      const sizeBefore = statSync(path).size;
+      insertApps(`spell ${spell}`);
+      const written = Date.now();
+      while (statSync(path).size <= sizeBefore && Date.now() - written < 2_000) await sleep(2);
+      delays.push(Date.now() - written);
+    }
+    // With the pause capped at 20 ms each copy comes within about that; with a 1 s cap, all three
+    // landing under 150 ms would have a chance of about 0.3%.
+    expect(Math.max(...delays)).toBeLessThan(150);
+    await store.close();
+  }, 15_000);
 });
