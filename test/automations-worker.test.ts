@@ -66,17 +66,44 @@ describe("ExecutionRunner", () => {
     expect(ids.map((id) => store.executions.get(id)?.finishedAt)).toEqual([1_001, 1_002, 1_003]);
   });
 
-  it("reads the queue again in every batch: an execution finished elsewhere between batches is not run", () => {
+  it("reads the queue again once told to: an execution finished elsewhere meanwhile is not run", () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
     const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
     const [first, second, third] = [1, 2, 3].map((n) => enqueue(store, automationId, n)) as [string, string, string];
 
     expect(runner.runBatch({ maxUnits: 2, maxMs: 1_000 }, () => false)).toBe(2); // claims and runs the first
     store.transaction(() => store.executions.finish(second, "FAILED", "stopped by an operator", 1_000));
+    runner.rereadQueue(); // what ExecutionWorker.notify() does
     runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
 
     expect([first, second, third].map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "FAILED", "SUCCEEDED"]);
     expect(store.executions.steps(second)).toEqual([]);
+  });
+
+  it("runs executions handed over after their commit without reading the queue back, and reads the store when told it holds more", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    const handedOver = () => {
+      const { execution } = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 1 } }));
+      runner.committed(execution);
+      return execution.id;
+    };
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(0); // read: the queue is empty
+    const reads = vi.spyOn(store.executions, "oldestUnfinished");
+
+    const ids = [handedOver(), handedOver(), handedOver()];
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(6); // 3 claims, 3 steps
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(0);
+    expect(reads).not.toHaveBeenCalled();
+    expect(ids.map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]);
+
+    // Created without a handover (another path, or a batch rolled back): found once the store is read.
+    const unannounced = enqueue(store, automationId, 2);
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(0);
+    runner.rereadQueue();
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
+    expect(reads).toHaveBeenCalled();
+    expect(store.executions.get(unannounced)?.state).toBe("SUCCEEDED");
   });
 
   it("writes the log lines of a batch's log steps after its commit, all in one write", () => {

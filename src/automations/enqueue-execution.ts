@@ -1,6 +1,7 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { newId } from "../store/ids.js";
+import type { Execution } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
 
 export interface EnqueueExecution {
@@ -26,15 +27,15 @@ export interface EnqueueExecution {
  *
  * Throws not_found when the automation does not exist (rolling your transaction back).
  */
-export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): { executionId: string } {
+export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): { executionId: string; execution: Execution } {
   const executionId = request.executionId ?? newId();
-  const created = store.executions.insertPending({
+  const execution = store.executions.insertPending({
     id: executionId,
     automationId: request.automationId,
     trigger: request.trigger,
     eventId: request.eventId ?? "",
     now,
   });
-  if (!created) throw new ConnectError(`automation ${JSON.stringify(request.automationId)} not found`, Code.NotFound);
-  return { executionId };
+  if (execution === undefined) throw new ConnectError(`automation ${JSON.stringify(request.automationId)} not found`, Code.NotFound);
+  return { executionId, execution };
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
+import type { Execution } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
 import { ExecutionRunner, type BatchLimits } from "./execution-runner.js";
 import type { ProgramCache } from "./program-cache.js";
@@ -68,11 +69,26 @@ export class ExecutionWorker {
 
   /** Starts the loop (again, after a stop). */
   start(): void {
+    this.runner.rereadQueue();
     this.loop ??= this.work();
   }
 
-  /** There is new work (call after the transaction that enqueued it committed). */
+  /**
+   * There is new work (call after the transaction that enqueued it committed): the worker reads
+   * the queue from the store again.
+   */
   notify(): void {
+    this.runner.rereadQueue();
+    this.wake?.();
+  }
+
+  /**
+   * A new execution, just committed by this process (call after the commit, before the event loop
+   * turns): the worker runs it without reading it back from the store when it already knows the
+   * rest of the queue, and wakes.
+   */
+  handOff(execution: Execution): void {
+    this.runner.committed(execution);
     this.wake?.();
   }
 
@@ -106,7 +122,10 @@ export class ExecutionWorker {
         const units = this.runner.runBatch(this.batch, () => this.stopping);
         if (units === 0) {
           this.releaseIdleWaiters();
-          if ((await this.sleep()) === "woken") await this.gather();
+          const why = await this.sleep();
+          // The safety net for work nobody told this worker about: the poll reads the store.
+          if (why === "polled") this.runner.rereadQueue();
+          else await this.gather();
         } else if (this.runner.drained) {
           await this.gather();
         }

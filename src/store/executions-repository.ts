@@ -255,15 +255,26 @@ export class ExecutionsRepository {
   }
 
   /**
-   * Creates a PENDING execution of the automation's current version. False when the automation
-   * does not exist. Synchronous (no other statement of this connection runs in between), so it
-   * joins whatever transaction the caller has open.
+   * Creates a PENDING execution of the automation's current version and returns it as stored;
+   * undefined when the automation does not exist. Synchronous (no other statement of this
+   * connection runs in between), so it joins whatever transaction the caller has open.
    */
-  insertPending(e: { id: string; automationId: string; trigger: JsonValue; eventId: string; now: number }): boolean {
+  insertPending(e: { id: string; automationId: string; trigger: JsonValue; eventId: string; now: number }): Execution | undefined {
     const version = this.versionStmt.get(e.automationId);
-    if (version === undefined) return false;
+    if (version === undefined) return undefined;
     this.insertStmt.run(e.id, e.automationId, version, JSON.stringify(e.trigger), e.eventId, e.now);
-    return true;
+    return {
+      id: e.id,
+      automationId: e.automationId,
+      automationVersion: version,
+      state: "PENDING",
+      trigger: e.trigger,
+      eventId: e.eventId,
+      error: "",
+      createdAt: e.now,
+      startedAt: undefined,
+      finishedAt: undefined,
+    };
   }
 
   get(id: string): Execution | undefined {

@@ -1,4 +1,5 @@
 import type { JsonValue } from "@bufbuild/protobuf";
+import type { Execution } from "../store/executions-repository.js";
 import { newId } from "../store/ids.js";
 import type { Store } from "../store/store.js";
 import type { GroupCommit } from "./group-commit.js";
@@ -7,6 +8,8 @@ import { Rejection } from "./rejection.js";
 /** The automations module's durable queue: creates a PENDING execution inside the caller's transaction. */
 export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string; executionId: string }) => {
   executionId: string;
+  /** The execution as stored, handed to the worker once committed. */
+  execution: Execution;
 };
 
 export interface AcceptedEvent {
@@ -34,27 +37,27 @@ export class EventAcceptance {
     private readonly store: Store,
     private readonly commits: GroupCommit,
     private readonly enqueue: EnqueueExecution,
-    /** Tells the worker there is work, after the commit. */
-    private readonly wake: () => void,
+    /** Hands the worker the new execution, after the commit. */
+    private readonly wake: (execution: Execution) => void,
   ) {}
 
   /** `inTransaction` runs inside the same transaction once the execution exists (the delivery log). */
   async accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): Promise<AcceptedEvent | Rejection> {
     const events = this.store.webhooks.events;
-    const accepted = await this.commits.run((): AcceptedEvent | undefined => {
+    const accepted = await this.commits.run((): Execution | undefined => {
       // The record first: its unique key is the check, one statement instead of a lookup and an insert.
       const executionId = newId();
       if (!events.insertIfNew({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId })) {
         return undefined;
       }
-      this.enqueue({ automationId: event.automationId, trigger: event.trigger, eventId: event.eventId, executionId });
+      const { execution } = this.enqueue({ automationId: event.automationId, trigger: event.trigger, eventId: event.eventId, executionId });
       inTransaction(executionId);
-      return { executionId };
+      return execution;
     });
     if (accepted === undefined) {
       return new Rejection(409, "duplicate_event", "this Webhook-Event-Id was already accepted by this listener");
     }
-    this.wake();
-    return accepted;
+    this.wake(accepted);
+    return { executionId: accepted.id };
   }
 }

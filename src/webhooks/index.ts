@@ -2,6 +2,7 @@ import type { WebhookTriggerHooks } from "../automations/trigger-config.js";
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
+import type { Execution } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
 import { DeliveryLog, defaultRefusalsPerSecond } from "./delivery-log.js";
 import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
@@ -36,8 +37,8 @@ export interface WebhooksOptions {
   findListener: FindListener;
   /** Creates a PENDING execution inside the caller's transaction (the automations queue). */
   enqueueExecution: EnqueueExecution;
-  /** Wakes the execution worker after a commit. */
-  wakeWorker: () => void;
+  /** Hands a committed execution to the worker (and wakes it). */
+  wakeWorker: (execution: Execution) => void;
   jwks?: Partial<JwksCacheOptions>;
   /** Told every request's verdict reason and status (the /metrics counter). */
   onVerdict?: VerdictObserver;
