@@ -100,12 +100,6 @@ async function accessdPerWebhook() {
       updatedAt: 0,
     }),
   );
-  const acceptance = new EventAcceptance(
-    store,
-    new GroupCommit(store),
-    (request) => enqueueExecution(store, systemClock.now(), request),
-    () => {},
-  );
   const deliveries = new DeliveryLog(store.webhooks.deliveries, { clock: systemClock, refusalsPerSecond: 100 });
   const runner = new ExecutionRunner({
     store,
@@ -113,6 +107,13 @@ async function accessdPerWebhook() {
     log: createLogger("info", createWriteStream("/dev/null")),
     programs: new ProgramCache(),
   });
+  // As in the server (src/main.ts): each committed execution is handed to the runner.
+  const acceptance = new EventAcceptance(
+    store,
+    new GroupCommit(store),
+    (request) => enqueueExecution(store, systemClock.now(), request),
+    (execution) => runner.committed(execution),
+  );
   const trigger = { user: "u-1", action: "grant", entitlement: "e-1" };
   const acceptOne = () => {
     const eventId = randomUUID();
