@@ -76,7 +76,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     dataKey: resolveDataKey(config.dataKey, config.database),
     findListener: (listenerId) => store.automations.findByListenerId(listenerId),
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
-    wakeWorker: (execution) => worker.handOff(execution),
+    handOffExecution: (execution) => worker.handOff(execution),
     onVerdict: (reason, status) => metrics.recordWebhookVerdict(reason, status),
   });
   const automations = { worker, programs, webhookHooks: webhooks.hooks, baseUrl: config.baseUrl };

@@ -38,7 +38,7 @@ export class EventAcceptance {
     private readonly commits: GroupCommit,
     private readonly enqueue: EnqueueExecution,
     /** Hands the worker the new execution, after the commit. */
-    private readonly wake: (execution: Execution) => void,
+    private readonly handOff: (execution: Execution) => void,
   ) {}
 
   /** `inTransaction` runs inside the same transaction once the execution exists (the delivery log). */
@@ -57,7 +57,7 @@ export class EventAcceptance {
     if (accepted === undefined) {
       return new Rejection(409, "duplicate_event", "this Webhook-Event-Id was already accepted by this listener");
     }
-    this.wake(accepted);
+    this.handOff(accepted);
     return { executionId: accepted.id };
   }
 }

@@ -38,7 +38,7 @@ export interface WebhooksOptions {
   /** Creates a PENDING execution inside the caller's transaction (the automations queue). */
   enqueueExecution: EnqueueExecution;
   /** Hands a committed execution to the worker (and wakes it). */
-  wakeWorker: (execution: Execution) => void;
+  handOffExecution: (execution: Execution) => void;
   jwks?: Partial<JwksCacheOptions>;
   /** Told every request's verdict reason and status (the /metrics counter). */
   onVerdict?: VerdictObserver;
@@ -54,7 +54,7 @@ export interface Webhooks {
 export function createWebhooks(options: WebhooksOptions): Webhooks {
   const { store, clock } = options;
   const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(options.dataKey), clock);
-  const acceptance = new EventAcceptance(store, new GroupCommit(store), options.enqueueExecution, options.wakeWorker);
+  const acceptance = new EventAcceptance(store, new GroupCommit(store), options.enqueueExecution, options.handOffExecution);
   const pipeline = new WebhookPipeline({
     clock,
     baseUrl: options.baseUrl,
