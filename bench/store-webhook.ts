@@ -110,7 +110,7 @@ async function accessdPerWebhook() {
   // As in the server (src/main.ts): each committed execution is handed to the runner.
   const acceptance = new EventAcceptance(
     store,
-    new GroupCommit(store),
+    new GroupCommit(store, { minIntervalMs: 0 }), // the groups are formed here, not by time
     (request) => enqueueExecution(store, systemClock.now(), request),
     (execution) => runner.committed(execution),
   );

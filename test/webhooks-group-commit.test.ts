@@ -28,21 +28,56 @@ describe("group commit of webhook acceptances", () => {
     return id;
   };
 
-  it("commits the units of one event-loop turn in one transaction and settles each only after the commit", async () => {
-    const commits = new GroupCommit(store);
-    let transactions = 0;
+  /** Counts the store's outermost transactions (one per commit). */
+  const countTransactions = () => {
+    const counter = { transactions: 0 };
     const original = store.transaction.bind(store);
     store.transaction = <T>(fn: () => T): T => {
-      if (!store.db.inTransaction) transactions++;
+      if (!store.db.inTransaction) counter.transactions++;
       return original(fn);
     };
+    return counter;
+  };
+  const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it("commits the units of one event-loop turn in one transaction and settles each only after the commit", async () => {
+    const commits = new GroupCommit(store);
+    const counter = countTransactions();
     const ids = Array.from({ length: 20 }, () => newId());
     const seenAtSettle: boolean[] = [];
     await Promise.all(
       ids.map((id) => commits.run(insertApp(id)).then(() => seenAtSettle.push(reader.apps.get(id) !== undefined))),
     );
-    expect(transactions).toBe(1);
+    expect(counter.transactions).toBe(1);
     expect(seenAtSettle).toEqual(ids.map(() => true));
+  });
+
+  it("keeps commits minIntervalMs apart: units of the turns in between share the next commit", async () => {
+    const commits = new GroupCommit(store, { minIntervalMs: 300 });
+    const counter = countTransactions();
+    await commits.run(insertApp(newId())); // after a quiet spell: committed at the end of its turn
+    expect(counter.transactions).toBe(1);
+    const ids = [newId(), newId(), newId()];
+    const settled: Promise<string>[] = [];
+    for (const id of ids) {
+      settled.push(commits.run(insertApp(id))); // one unit a turn, as at moderate load
+      await nextTurn();
+    }
+    expect(counter.transactions).toBe(1); // the three wait for the interval...
+    expect(ids.map((id) => reader.apps.get(id))).toEqual([undefined, undefined, undefined]);
+    await Promise.all(settled);
+    expect(counter.transactions).toBe(2); // ...and share one commit
+    expect(ids.every((id) => reader.apps.get(id) !== undefined)).toBe(true);
+  });
+
+  it("does not hold a unit that comes after a quiet spell", async () => {
+    const commits = new GroupCommit(store, { minIntervalMs: 100 });
+    await commits.run(insertApp(newId()));
+    await sleep(150);
+    const first = commits.run(insertApp(newId()));
+    const winner = await Promise.race([first.then(() => "committed"), sleep(50).then(() => "waiting")]);
+    expect(winner).toBe("committed");
   });
 
   it("lets a later unit of the same group see an earlier one's writes (a repeated event id is refused)", async () => {
