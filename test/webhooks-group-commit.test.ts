@@ -71,6 +71,14 @@ describe("group commit of webhook acceptances", () => {
     expect(ids.every((id) => reader.apps.get(id) !== undefined)).toBe(true);
   });
 
+  it("does not hold a group of smallGroup units or more, however recent the last commit", async () => {
+    const commits = new GroupCommit(store, { minIntervalMs: 300, smallGroup: 4 });
+    await commits.run(insertApp(newId()));
+    const group = Promise.all(Array.from({ length: 4 }, () => commits.run(insertApp(newId()))));
+    const winner = await Promise.race([group.then(() => "committed"), sleep(100).then(() => "waiting")]);
+    expect(winner).toBe("committed");
+  });
+
   it("does not hold a unit that comes after a quiet spell", async () => {
     const commits = new GroupCommit(store, { minIntervalMs: 100 });
     await commits.run(insertApp(newId()));
