@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setImmediate as nextTurn, setTimeout as sleep } from "node:timers/promises";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { newId } from "../src/store/ids.js";
 import { Store } from "../src/store/store.js";
@@ -38,8 +39,6 @@ describe("group commit of webhook acceptances", () => {
     };
     return counter;
   };
-  const nextTurn = () => new Promise((resolve) => setImmediate(resolve));
-  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
   it("commits the units of one event-loop turn in one transaction and settles each only after the commit", async () => {
     const commits = new GroupCommit(store);

@@ -28,9 +28,9 @@ export interface EventToAccept {
  * Stage 9: record (listener, event id) and create the execution in one transaction, so an event
  * is either recorded with its execution or not at all, and of two requests with the same event id
  * exactly one is recorded (the record's unique key is the check). Acceptances handed in together
- * share a transaction (GroupCommit: those of one event-loop turn, and of the turns until 1 ms after
- * the last commit), each checked on its own, so a later duplicate in the same group sees the
- * earlier one; the answer waits for the commit.
+ * share a transaction (GroupCommit: those of one event-loop turn; a small group also waits for the
+ * turns until 1 ms after the last commit), each checked on its own, so a later duplicate in the
+ * same group sees the earlier one; the answer waits for the commit.
  */
 export class EventAcceptance {
   constructor(
