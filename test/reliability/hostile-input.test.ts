@@ -371,8 +371,9 @@ describe("hostile input", () => {
     const body = JSON.stringify({ still: "up" });
     expect((await postWebhook(hmac.postUrl, hmacHeaders(hmac, body), body)).status).toBe(200);
 
-    // Observed growth is about 1 MB; 2,000 requests leaking 2 KB each would add 4 MB.
-    const allowedGrowth = gc === undefined ? 64 * 1024 * 1024 : 4 * 1024 * 1024;
+    // Observed growth is 0.1-0.3 MB. About 1,100 of the 2,000 requests reach the webhook pipeline;
+    // a leak of 2 KB each there adds about 2.4 MB (checked by injecting one) and fails here.
+    const allowedGrowth = gc === undefined ? 64 * 1024 * 1024 : 1.5 * 1024 * 1024;
     expect(after - before, `${gc === undefined ? "rss" : "heapUsed + external"} ${before} -> ${after}`).toBeLessThan(allowedGrowth);
   }, 90_000);
 
