@@ -23,7 +23,7 @@ export interface GroupCommitOptions {
 /**
  * At 4,000-4,800 webhooks a second (half the maximum on the development VM), 1 ms between the
  * commits of small groups took about 8-15% off the CPU a webhook costs, and the p99 latency down
- * in most phases, for about 1 ms more at the median (README, "Performance").
+ * in most phases, for about 1 ms more at the median (bench/README.md).
  */
 const defaultMinIntervalMs = 1;
 /**
