@@ -2,9 +2,13 @@ import { PassThrough } from "node:stream";
 import { gunzipSync } from "node:zlib";
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AppEntitlementOwners } from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
 import { configDefaults } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
 import { startAccessd } from "../src/main.js";
+import { ConnectHandlers } from "../src/server/connect-handlers.js";
+import { HttpServer } from "../src/server/http-server.js";
+import { RestTranscoder } from "../src/server/rest-transcoder.js";
 import { answer, createApp, createEntitlement, createUser, ownersPath } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -251,5 +255,53 @@ describe("one interceptor chain for every protocol", () => {
     // Protocol only: this server has no test token, so once auth lands the outcome may be unauthenticated.
     expect(rpcs.map((l) => l.protocol)).toEqual(["rest", "connect"]);
     expect(JSON.stringify(lines)).not.toContain("Via REST");
+  });
+});
+
+describe("cancellation", () => {
+  it("aborts the call's signal when the client goes away before the answer", async () => {
+    let signalled: (aborted: boolean) => void = () => {};
+    const outcome = new Promise<boolean>((resolve) => (signalled = resolve));
+    const log = createLogger("silent");
+    // An Add that waits for its signal (or gives up after 5 s).
+    const connect = new ConnectHandlers({
+      interceptors: [],
+      maxBodyBytes: 4096,
+      log,
+      routes: (router) =>
+        router.service(AppEntitlementOwners, {
+          add: async (_request, context) => {
+            const aborted = await new Promise<boolean>((resolve) => {
+              const timer = setTimeout(() => resolve(false), 5_000);
+              context.signal.addEventListener("abort", () => {
+                clearTimeout(timer);
+                resolve(true);
+              });
+            });
+            signalled(aborted);
+            return {};
+          },
+        }),
+    });
+    const slow = new HttpServer({
+      connect,
+      rest: new RestTranscoder(connect.handlers, { maxBodyBytes: 4096 }),
+      rawRoutes: [],
+      ready: () => true,
+      log,
+      requestTimeoutMs: 30_000,
+    });
+    const { port } = await slow.listen(0, "127.0.0.1");
+    try {
+      const req = httpRequest({ port, method: "POST", path: "/api/v1/apps/a/entitlements/e/owners", headers: { "content-type": "application/json" } });
+      req.on("error", () => {});
+      req.end('{"userId":"u"}');
+      setTimeout(() => req.destroy(), 200);
+      const started = Date.now();
+      expect(await outcome).toBe(true);
+      expect(Date.now() - started).toBeLessThan(2_000);
+    } finally {
+      await slow.close();
+    }
   });
 });

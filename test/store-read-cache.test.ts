@@ -1,8 +1,12 @@
 import { describe, expect, it } from "vitest";
+import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
 import type { Automation } from "../src/store/automations-repository.js";
 import { Store } from "../src/store/store.js";
 
-/** The in-memory answers of the webhook path's lookups (listener, HMAC secrets) never go stale. */
+/**
+ * The in-memory answers of the hot lookups (a webhook's listener and HMAC secrets, an API caller's
+ * principal) never go stale.
+ */
 describe("store read caches", () => {
   const listenerId = "listener-1";
   const automation = (published: boolean): Automation => ({
@@ -50,6 +54,23 @@ describe("store read caches", () => {
     expect(secrets.valid("a", 100)).toHaveLength(0); // past its grace: filtered by time, cache or not
     secrets.deleteFor("a");
     expect(secrets.valid("a", 0)).toHaveLength(0);
+    store.close();
+  });
+
+  it("a client's principal follows role changes and deletion, and is read from the store once between writes", () => {
+    const store = Store.open(":memory:");
+    const user = { id: "u1", displayName: "Ada", email: "", username: "", createdAt: 1, updatedAt: 1, roles: [Role.READ_ONLY] };
+    store.users.insert(user);
+    store.clients.insert({ id: "c1", userId: "u1", displayName: "c", secretHash: "h", publicJwk: undefined, createdAt: 1 });
+    expect(store.clients.principalOf("c1")).toEqual({ userId: "u1", roles: [Role.READ_ONLY] });
+    // Cached: a write behind the repositories' back (never done by the service) is not seen.
+    store.db.prepare("UPDATE user_roles SET role = ? WHERE user_id = 'u1'").run(Role.SUPER_ADMIN);
+    expect(store.clients.principalOf("c1")?.roles).toEqual([Role.READ_ONLY]);
+    // The repositories' writes are seen at once.
+    store.users.update({ ...user, roles: [Role.ADMIN] });
+    expect(store.clients.principalOf("c1")?.roles).toEqual([Role.ADMIN]);
+    store.clients.delete("c1");
+    expect(store.clients.principalOf("c1")).toBeUndefined();
     store.close();
   });
 });

@@ -129,8 +129,12 @@ export class RestTranscoder {
     }
     header.set("content-type", "application/json");
 
+    // Cancels the call when the client goes away first. Not after a finished response: aborting
+    // builds a DOMException with its stack trace (about 12 us a request, issue 7).
     const abort = new AbortController();
-    res.once("close", () => abort.abort());
+    res.once("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
     const response = await match.route.handler({
       httpVersion: req.httpVersion,
       method: "POST",

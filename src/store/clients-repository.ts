@@ -1,5 +1,6 @@
 import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import type { Database } from "./database.js";
+import type { ReadCache } from "./read-cache.js";
 import { parseRoles, rolesColumn } from "./user-roles-repository.js";
 
 /** An API client: credentials for the token endpoint, acting as one user. */
@@ -14,7 +15,11 @@ export interface Client {
   createdAt: number;
 }
 
-/** Who a client acts as, read on every authenticated request. */
+/**
+ * Who a client acts as, looked up on every authenticated request: kept in a ReadCache that this
+ * repository clears when it deletes a client and UserRolesRepository clears when roles change
+ * (users are never deleted), so a deleted client's token fails at once, as without a cache.
+ */
 export interface ClientPrincipal {
   userId: string;
   roles: Role[];
@@ -45,14 +50,16 @@ export class ClientsRepository {
   private readonly deleteStmt;
   private readonly principalStmt;
 
-  constructor(db: Database) {
+  constructor(
+    db: Database,
+    private readonly principals: ReadCache<string, ClientPrincipal>,
+  ) {
     this.insertStmt = db.prepare<[string, string, string, string | null, string | null, number]>(
       "INSERT INTO clients (id, user_id, display_name, secret_hash, public_jwk, created_at) VALUES (?, ?, ?, ?, ?, ?)",
     );
     this.getStmt = db.prepare<[string], ClientRow>("SELECT * FROM clients WHERE id = ?");
     this.pageStmt = db.prepare<[string, number], ClientRow>("SELECT * FROM clients WHERE id > ? ORDER BY id LIMIT ?");
     this.deleteStmt = db.prepare<[string]>("DELETE FROM clients WHERE id = ?");
-    // One indexed lookup per request: a deleted client (or user) has no row, so its tokens fail at once.
     this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null }>(
       `SELECT c.user_id, ${rolesColumn("c.user_id")} FROM clients c WHERE c.id = ?`,
     );
@@ -73,12 +80,15 @@ export class ClientsRepository {
 
   /** True when a client was deleted. */
   delete(id: string): boolean {
+    this.principals.clear();
     return this.deleteStmt.run(id).changes > 0;
   }
 
   principalOf(clientId: string): ClientPrincipal | undefined {
-    const row = this.principalStmt.get(clientId);
-    if (row === undefined) return undefined;
-    return { userId: row.user_id, roles: parseRoles(row.roles) };
+    return this.principals.get(clientId, () => {
+      const row = this.principalStmt.get(clientId);
+      if (row === undefined) return undefined;
+      return { userId: row.user_id, roles: parseRoles(row.roles) };
+    });
   }
 }

@@ -3,9 +3,10 @@ import { AppEntitlementsRepository } from "./app-entitlements-repository.js";
 import { AppsRepository } from "./apps-repository.js";
 import { AutomationsRepository } from "./automations-repository.js";
 import { AssertionJtisRepository } from "./assertion-jtis-repository.js";
-import { ClientsRepository } from "./clients-repository.js";
+import { ClientsRepository, type ClientPrincipal } from "./clients-repository.js";
 import { openDatabase, type Database } from "./database.js";
 import { ExecutionsRepository } from "./executions-repository.js";
+import { ReadCache } from "./read-cache.js";
 import { SettingsRepository } from "./settings-repository.js";
 import { SigningKeysRepository } from "./signing-keys-repository.js";
 import { WalCheckpointer, type WalCheckpointerOptions } from "./wal-checkpointer.js";
@@ -44,13 +45,14 @@ export class Store {
     };
     this.apps = new AppsRepository(db);
     this.appEntitlements = new AppEntitlementsRepository(db);
-    this.users = new UsersRepository(db);
+    const principals = new ReadCache<string, ClientPrincipal>(db);
+    this.users = new UsersRepository(db, principals);
     this.owners = new AppEntitlementOwnersRepository(db);
     this.settings = new SettingsRepository(db);
     this.automations = new AutomationsRepository(db);
     this.executions = new ExecutionsRepository(db);
     this.webhooks = new WebhookRepositories(db);
-    this.clients = new ClientsRepository(db);
+    this.clients = new ClientsRepository(db, principals);
     this.signingKeys = new SigningKeysRepository(db);
     this.assertionJtis = new AssertionJtisRepository(db);
   }

@@ -1,5 +1,7 @@
 import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import type { ClientPrincipal } from "./clients-repository.js";
 import type { Database } from "./database.js";
+import type { ReadCache } from "./read-cache.js";
 
 /**
  * A SQL expression giving the comma-separated roles of the user whose id is `userIdSql` (NULL
@@ -22,13 +24,18 @@ export class UserRolesRepository {
   private readonly deleteStmt;
   private readonly insertStmt;
 
-  constructor(private readonly db: Database) {
+  constructor(
+    private readonly db: Database,
+    /** Cleared on every change of roles (see ClientsRepository). */
+    private readonly principals: ReadCache<string, ClientPrincipal>,
+  ) {
     this.deleteStmt = db.prepare<[string]>("DELETE FROM user_roles WHERE user_id = ?");
     this.insertStmt = db.prepare<[string, number]>("INSERT OR IGNORE INTO user_roles (user_id, role) VALUES (?, ?)");
   }
 
   /** Replaces the user's roles. */
   set(userId: string, roles: readonly Role[]): void {
+    this.principals.clear();
     this.db.transaction(() => {
       this.deleteStmt.run(userId);
       for (const role of roles) this.insertStmt.run(userId, role);

@@ -1,5 +1,7 @@
 import type { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import type { ClientPrincipal } from "./clients-repository.js";
 import type { Database } from "./database.js";
+import type { ReadCache } from "./read-cache.js";
 import { parseRoles, rolesColumn, UserRolesRepository } from "./user-roles-repository.js";
 
 export interface User {
@@ -56,8 +58,9 @@ export class UsersRepository {
   private readonly updateStmt;
   private readonly roles: UserRolesRepository;
 
-  constructor(db: Database) {
-    this.roles = new UserRolesRepository(db);
+  /** `principals`: the clients' principals, cleared when roles change (see ClientsRepository). */
+  constructor(db: Database, principals: ReadCache<string, ClientPrincipal>) {
+    this.roles = new UserRolesRepository(db, principals);
     this.insertStmt = db.prepare<[string, string, string, string, number, number]>(
       "INSERT INTO users (id, display_name, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
     );
