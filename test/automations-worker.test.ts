@@ -20,7 +20,7 @@ const logStep = (name: string): StepDefinition => ({ name, skipIfTrueCel: "", ac
 const storeWithAutomation = (steps: StepDefinition[]) => stores.withAutomation(steps);
 
 function enqueue(store: Store, automationId: string, n: number): string {
-  return store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } })).executionId;
+  return store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } })).id;
 }
 
 describe("ExecutionRunner", () => {
@@ -84,7 +84,7 @@ describe("ExecutionRunner", () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
     const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
     const handedOver = () => {
-      const { execution } = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 1 } }));
+      const execution = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 1 } }));
       runner.committed(execution);
       return execution.id;
     };

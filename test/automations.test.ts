@@ -256,13 +256,13 @@ describe("automation executions", () => {
     let enqueued = "";
     expect(() =>
       store.transaction(() => {
-        enqueued = enqueueExecution(store, clock.now(), { automationId, trigger: { a: 1 }, eventId: "e-1" }).executionId;
+        enqueued = enqueueExecution(store, clock.now(), { automationId, trigger: { a: 1 }, eventId: "e-1" }).id;
         throw new Error("the caller's own write failed");
       }),
     ).toThrow("the caller's own write failed");
     expect(store.executions.get(enqueued)).toBeUndefined();
 
-    const { executionId } = store.transaction(() =>
+    const { id: executionId } = store.transaction(() =>
       enqueueExecution(store, clock.now(), { automationId, trigger: { a: 1 }, eventId: "e-2" }),
     );
     server.worker.notify();

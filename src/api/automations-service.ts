@@ -145,10 +145,11 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
       const id = requireField(req.id, "id");
       // Manual runs ignore `published` and the trigger toggle: those gate the webhook only (spec 3).
       const execution = store.transaction(() => {
-        const { executionId } = enqueueExecution(store, clock.now(), {
+        const { id: executionId } = enqueueExecution(store, clock.now(), {
           automationId: id,
           trigger: jsonFromValue(req.context) ?? {},
         });
+        // Read back as stored: the trigger as every later Get shows it (JSON text in the store).
         return store.executions.get(executionId);
       });
       worker.notify();

@@ -16,10 +16,10 @@ export interface EnqueueExecution {
 
 /**
  * Creates a PENDING execution of the automation's current version (its steps as of now; later
- * updates do not change it). Synchronous and a single statement, so call it inside the
- * transaction you opened to record it atomically with your own writes:
+ * updates do not change it) and returns it as stored. Synchronous and a single statement, so call
+ * it inside the transaction you opened to record it atomically with your own writes:
  *
- *   const { executionId } = store.transaction(() => {
+ *   const execution = store.transaction(() => {
  *     store.webhooks.events.record(...);
  *     return enqueueExecution(store, clock.now(), { automationId, trigger: body, eventId });
  *   });
@@ -27,15 +27,14 @@ export interface EnqueueExecution {
  *
  * Throws not_found when the automation does not exist (rolling your transaction back).
  */
-export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): { executionId: string; execution: Execution } {
-  const executionId = request.executionId ?? newId();
+export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): Execution {
   const execution = store.executions.insertPending({
-    id: executionId,
+    id: request.executionId ?? newId(),
     automationId: request.automationId,
     trigger: request.trigger,
     eventId: request.eventId ?? "",
     now,
   });
   if (execution === undefined) throw new ConnectError(`automation ${JSON.stringify(request.automationId)} not found`, Code.NotFound);
-  return { executionId, execution };
+  return execution;
 }

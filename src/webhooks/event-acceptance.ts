@@ -6,11 +6,8 @@ import type { GroupCommit } from "./group-commit.js";
 import { Rejection } from "./rejection.js";
 
 /** The automations module's durable queue: creates a PENDING execution inside the caller's transaction. */
-export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string; executionId: string }) => {
-  executionId: string;
-  /** The execution as stored, handed to the worker once committed. */
-  execution: Execution;
-};
+/** Returns the execution as stored, handed to the worker once committed. */
+export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string; executionId: string }) => Execution;
 
 export interface AcceptedEvent {
   executionId: string;
@@ -50,7 +47,7 @@ export class EventAcceptance {
       if (!events.insertIfNew({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId })) {
         return undefined;
       }
-      const { execution } = this.enqueue({ automationId: event.automationId, trigger: event.trigger, eventId: event.eventId, executionId });
+      const execution = this.enqueue({ automationId: event.automationId, trigger: event.trigger, eventId: event.eventId, executionId });
       inTransaction(executionId);
       return execution;
     });
