@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { Store } from "../src/store/store.js";
 import type { CliProcess } from "./support/spawn-cli.js";
-import { serveProcess, until, type ServedProcess } from "./support/served-process.js";
+import { automationLogLines, serveProcess, until, type ServedProcess } from "./support/served-process.js";
 
 const running: CliProcess[] = [];
 const dirs: string[] = [];
@@ -26,18 +26,6 @@ interface ExecutionJson {
   id: string;
   state: string;
   steps: { name: string; state: string }[];
-}
-
-/** The "automation log" lines of a process's stdout, as "<execution id>/<step>". */
-function logLines(cli: CliProcess): string[] {
-  return cli
-    .stdout()
-    .split("\n")
-    .filter((line) => line.includes('"automation log"'))
-    .map((line) => {
-      const entry = JSON.parse(line) as { executionId: string; step: string };
-      return `${entry.executionId}/${entry.step}`;
-    });
 }
 
 describe("crash safety", () => {
@@ -129,7 +117,7 @@ describe("crash safety", () => {
     }
 
     // A log step's line is written after its record commits: never twice across the two processes.
-    const lines = [...logLines(first.cli), ...logLines(second.cli)];
+    const lines = [...automationLogLines(first.cli), ...automationLogLines(second.cli)];
     expect(new Set(lines).size).toBe(lines.length);
   }, 60_000);
 });

@@ -2,7 +2,7 @@ import type { DescService } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { codeName } from "../server/json-error.js";
 import { fixedPaths, fixedSchemas } from "./fixed-endpoints.js";
-import { httpBindingsOf } from "./http-rules.js";
+import { httpBindingsOf } from "../server/http-bindings.js";
 import { SchemaCollector, type Schema } from "./json-schema.js";
 import { rpcOperation } from "./rpc-operations.js";
 

@@ -1,6 +1,6 @@
 import type { DescField, DescMessage } from "@bufbuild/protobuf";
 import { parsePathTemplate } from "../server/path-template.js";
-import type { HttpBinding } from "./http-rules.js";
+import type { HttpBinding } from "../server/http-bindings.js";
 import { isWellKnown, scalarSchema, type Schema, type SchemaCollector } from "./json-schema.js";
 
 /** An OpenAPI operation at an OpenAPI path, for one REST binding of an RPC. */

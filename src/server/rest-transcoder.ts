@@ -6,12 +6,10 @@ import {
   type DescMethod,
   type JsonObject,
   type JsonValue,
-  getOption,
 } from "@bufbuild/protobuf";
 import { Code, createContextValues } from "@connectrpc/connect";
 import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
-import type { HttpRule } from "../../gen/google/api/http_pb.js";
-import { http } from "../../gen/google/api/annotations_pb.js";
+import { httpBindingsOfMethod } from "./http-bindings.js";
 import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
 import { BodyTooLargeError, readBody } from "./read-body.js";
@@ -182,34 +180,16 @@ class RestRequestError extends Error {
 }
 
 function routesOf(handler: UniversalHandler): RestRoute[] {
-  const rule = getOption(handler.method, http);
-  return [rule, ...rule.additionalBindings].flatMap((r) => {
-    const verb = httpVerbOf(r);
-    if (verb === undefined) return [];
-    if (r.body !== "" && r.body !== "*") {
-      throw new Error(`${handler.method.parent.typeName}.${handler.method.name}: body "${r.body}" is not supported`);
+  return httpBindingsOfMethod(handler.method).map((binding) => {
+    if (binding.body !== "" && binding.body !== "*") {
+      throw new Error(`${handler.method.parent.typeName}.${handler.method.name}: body "${binding.body}" is not supported`);
     }
-    const template = parsePathTemplate(verb.path);
+    const template = parsePathTemplate(binding.path);
     const pathFields = new Set(
       template.segments.flatMap((s) => ("fieldPath" in s ? [s.fieldPath.join(".")] : [])),
     );
-    return [{ httpMethod: verb.method, template, body: r.body, rpc: handler.method, handler, pathFields }];
+    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, handler, pathFields };
   });
-}
-
-function httpVerbOf(rule: HttpRule): { method: string; path: string } | undefined {
-  switch (rule.pattern.case) {
-    case "get":
-    case "put":
-    case "post":
-    case "delete":
-    case "patch":
-      return { method: rule.pattern.case.toUpperCase(), path: rule.pattern.value };
-    case "custom":
-      return { method: rule.pattern.value.kind.toUpperCase(), path: rule.pattern.value.path };
-    default:
-      return undefined;
-  }
 }
 
 function findField(message: DescMessage, name: string): DescField | undefined {

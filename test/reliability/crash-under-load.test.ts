@@ -7,7 +7,7 @@ import { Store } from "../../src/store/store.js";
 import type { Execution } from "../../src/store/executions-repository.js";
 import { signHmacWebhook } from "../../src/webhooks/index.js";
 import type { CliProcess } from "../support/spawn-cli.js";
-import { serveProcess, until, type ServedProcess } from "../support/served-process.js";
+import { automationLogLines, serveProcess, until, type ServedProcess } from "../support/served-process.js";
 
 const running: CliProcess[] = [];
 const dir = mkdtempSync(join(tmpdir(), "accessd-reliability-crash-"));
@@ -131,18 +131,6 @@ function executionsIn(database: string, automationId: string): { executions: Exe
   } finally {
     store.close();
   }
-}
-
-/** "<execution id>/<step>" for every "automation log" line the process printed. */
-function logLines(cli: CliProcess): string[] {
-  return cli
-    .stdout()
-    .split("\n")
-    .filter((line) => line.includes('"automation log"'))
-    .map((line) => {
-      const entry = JSON.parse(line) as { executionId: string; step: string };
-      return `${entry.executionId}/${entry.step}`;
-    });
 }
 
 describe("crash under load", () => {
@@ -288,7 +276,7 @@ describe("crash under load", () => {
     expect([...ledger.statuses.values()].some((s) => s.includes(409))).toBe(true);
 
     // A log step prints after its record commits: no step ran twice across the two processes.
-    const lines = [...logLines(first.cli), ...logLines(server.cli)];
+    const lines = [...automationLogLines(first.cli), ...automationLogLines(server.cli)];
     expect(new Set(lines).size).toBe(lines.length);
   }, 120_000);
 });

@@ -60,3 +60,15 @@ export async function until(what: string, condition: () => Promise<boolean> | bo
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+/** "<execution id>/<step>" for every "automation log" line the process printed (log steps that ran). */
+export function automationLogLines(cli: CliProcess): string[] {
+  return cli
+    .stdout()
+    .split("\n")
+    .filter((line) => line.includes('"automation log"'))
+    .map((line) => {
+      const entry = JSON.parse(line) as { executionId: string; step: string };
+      return `${entry.executionId}/${entry.step}`;
+    });
+}

@@ -13,14 +13,18 @@ export interface HttpBinding {
   rpc: DescMethod;
 }
 
+/** Every REST binding of the service's RPCs (the OpenAPI document's operations). */
 export function httpBindingsOf(service: DescService): HttpBinding[] {
-  return service.methods.flatMap((rpc) => {
-    if (!hasOption(rpc, http)) return [];
-    const rule = getOption(rpc, http);
-    return [rule, ...rule.additionalBindings].flatMap((r) => {
-      const verb = verbOf(r);
-      return verb === undefined ? [] : [{ ...verb, body: r.body, rpc }];
-    });
+  return service.methods.flatMap(httpBindingsOfMethod);
+}
+
+/** The RPC's REST bindings (the transcoder's routes); none without a `google.api.http` option. */
+export function httpBindingsOfMethod(rpc: DescMethod): HttpBinding[] {
+  if (!hasOption(rpc, http)) return [];
+  const rule = getOption(rpc, http);
+  return [rule, ...rule.additionalBindings].flatMap((r) => {
+    const verb = verbOf(r);
+    return verb === undefined ? [] : [{ ...verb, body: r.body, rpc }];
   });
 }
 
