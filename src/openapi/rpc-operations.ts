@@ -111,22 +111,7 @@ function queryParameters(
   return parameters;
 }
 
-/** The schema of a field's value as URL text carries it. */
+/** The schema of a field's value as URL text carries it: a scalar is never null there. */
 function parameterSchema(field: DescField, schemas: SchemaCollector): Schema {
-  switch (field.fieldKind) {
-    case "scalar":
-      return scalarSchema(field.scalar);
-    case "list":
-      return {
-        type: "array",
-        items:
-          field.listKind === "scalar"
-            ? scalarSchema(field.scalar)
-            : field.listKind === "enum"
-              ? schemas.enumRef(field.enum)
-              : schemas.messageRef(field.message),
-      };
-    default:
-      return schemas.fieldSchema(field);
-  }
+  return field.fieldKind === "scalar" ? scalarSchema(field.scalar) : schemas.fieldSchema(field);
 }
