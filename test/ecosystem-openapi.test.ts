@@ -5,7 +5,8 @@ import { Validator } from "@seriousme/openapi-schema-validator";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contractServices } from "../scripts/contract-services.js";
 import { configDefaults } from "../src/config.js";
-import { buildOpenApi, httpBindingsOf, renderOpenApi, type HttpBinding } from "../src/openapi/index.js";
+import { buildOpenApi, renderOpenApi } from "../src/openapi/index.js";
+import { httpBindingsOf, type HttpBinding } from "../src/server/http-bindings.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
 interface Parameter {
