@@ -1,11 +1,12 @@
 import type { Database } from "./database.js";
 
 /**
- * Results of a repository's hot lookups, kept in memory between writes. The repository clears it
- * on every write of the rows behind it; a lookup inside a transaction neither reads nor fills it
- * (the transaction may see its own uncommitted writes, and may roll back). Correct because one
- * process serves a database (README "Operations"): nothing else writes these rows behind its back.
- * Bounded: when full it starts over.
+ * Results of a repository's hot lookups, kept in memory between writes. Every repository that
+ * writes the rows behind it clears it on each such write (for a client's principal, the clients'
+ * and the user roles' repositories share one); a lookup inside a transaction neither reads nor
+ * fills it (the transaction may see its own uncommitted writes, and may roll back). Correct
+ * because one process serves a database (README "Operating it"): nothing else writes these rows
+ * behind its back. Bounded: when full it starts over.
  */
 export class ReadCache<K, V> {
   private readonly entries = new Map<K, V>();
