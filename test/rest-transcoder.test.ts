@@ -101,6 +101,12 @@ describe("request bodies", () => {
     }
   });
 
+  it("takes an empty body as the empty request message, as gRPC-gateway does", async () => {
+    const res = await server.call("POST", "/api/v1/search/users", "", { "content-type": "application/json" });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { list: unknown[] }).list.length).toBeGreaterThan(0);
+  });
+
   it("answers 400 to a field of the wrong JSON type", async () => {
     const error = await jsonError(await server.call("POST", "/api/v1/users", { displayName: 42 }));
     expect(error.status).toBe(400);
