@@ -21,6 +21,7 @@ import { buildOpenApi, openApiRoute } from "./openapi/index.js";
 import { ConnectHandlers } from "./server/connect-handlers.js";
 import { HttpServer } from "./server/http-server.js";
 import { loggingInterceptor } from "./server/logging-interceptor.js";
+import { storeUnavailableInterceptor } from "./server/store-unavailable.js";
 import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
@@ -89,11 +90,13 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   }
   const requiredRoles = new RequiredRoles();
   const connect = new ConnectHandlers({
-    // Logging outermost, so refused calls (401/403) are logged too; authorization before every
-    // other interceptor and every handler.
+    // Logging outermost, so refused calls (401/403) are logged too; a failing store is UNAVAILABLE
+    // (503) in the log, the metrics and the answer, also when the principal's read fails;
+    // authorization before every handler.
     interceptors: [
       loggingInterceptor(log),
       metricsInterceptor(metrics),
+      storeUnavailableInterceptor(),
       authorizationInterceptor({ tokens, principalOf: (id) => store.clients.principalOf(id), requiredRoles }),
     ],
     maxBodyBytes: config.apiMaxBodyBytes,

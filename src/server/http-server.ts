@@ -5,6 +5,7 @@ import type { AddressInfo, Socket } from "node:net";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
+import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
 import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
@@ -12,6 +13,7 @@ import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
 import { enforceRequestDeadline } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
+import { storeUnavailableHeaders, storeUnavailableMessage } from "./store-unavailable.js";
 
 /**
  * Connections the kernel completes and queues for the server to accept (capped by the kernel's
@@ -111,6 +113,12 @@ export class HttpServer {
       peerAddress: req.socket.remoteAddress ?? "",
     };
     this.route(req, res, path, facts).catch((e: unknown) => {
+      if (isStoreUnavailable(e)) {
+        // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
+        this.options.log.error({ err: e, requestId, path }, "request failed: the store is unavailable");
+        writeJsonError(res, Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
+        return;
+      }
       this.options.log.error({ err: e, requestId, path }, "request failed");
       writeJsonError(res, Code.Internal, "internal error");
     });

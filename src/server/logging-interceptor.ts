@@ -22,7 +22,8 @@ export function loggingInterceptor(log: Logger): Interceptor {
       return res;
     } catch (e) {
       const error = ConnectError.from(e);
-      const level = error.code === Code.Internal || error.code === Code.Unknown ? "error" : "info";
+      // Unavailable: the store failing (storeUnavailableInterceptor), which operators must see.
+      const level = error.code === Code.Internal || error.code === Code.Unknown || error.code === Code.Unavailable ? "error" : "info";
       log[level](
         { ...fields, code: codeName(error.code), durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) },
         "rpc",

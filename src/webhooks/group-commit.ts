@@ -141,12 +141,13 @@ export class GroupCommit {
     const { store } = this;
     return store.transaction(() =>
       group.map((unit): Outcome => {
-        // A statement error can make SQLite roll the whole transaction back: then nothing of the
-        // group is recorded, and no later unit may run in a transaction of its own.
-        if (!store.db.inTransaction) throw new Error("the group's transaction was rolled back");
         try {
           return { ok: true, value: store.transaction(unit.work) }; // nested: a savepoint
         } catch (error) {
+          // Some errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_BUSY, SQLITE_NOMEM) make SQLite roll the
+          // whole transaction back: then nothing of the group is recorded, and every unit fails
+          // with that error (a store failure, which the server answers with 503).
+          if (!store.db.inTransaction) throw error;
           return { ok: false, error };
         }
       }),

@@ -68,6 +68,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
       clock,
       refusalsPerSecond: defaultRefusalsPerSecond,
     }),
+    log: options.log,
   });
   return {
     route: webhookRoute(pipeline, options.log, options.onVerdict),

@@ -1,6 +1,7 @@
 import type { KeyObject } from "node:crypto";
 import type { WebhookListenerTarget } from "../automations/trigger-config.js";
 import type { Clock } from "../clock.js";
+import type { Logger } from "../logger.js";
 import { checkActive } from "./activation.js";
 import type { DeliveryLog } from "./delivery-log.js";
 import { readCappedBody, type BodySource } from "./body-reader.js";
@@ -31,6 +32,7 @@ export interface WebhookPipelineDeps {
   /** Settles once the acceptance committed (or failed: then it rejects and nothing is recorded). */
   accept(event: EventToAccept, inTransaction: (executionId: string) => void): Promise<AcceptedEvent | Rejection>;
   deliveries: DeliveryLog;
+  log: Logger;
 }
 
 export interface InboundWebhook {
@@ -83,7 +85,12 @@ export class WebhookPipeline {
     };
     const verdict = await this.stages(request, facts);
     if (verdict instanceof Rejection) {
-      deps.deliveries.record(facts, { status: verdict.status, reason: verdict.reason, executionId: "" });
+      try {
+        deps.deliveries.record(facts, { status: verdict.status, reason: verdict.reason, executionId: "" });
+      } catch (e) {
+        // The refusal stands even when its log entry cannot be written (the store full or failing).
+        deps.log.error({ err: e, reason: verdict.reason, automationId: facts.automationId }, "webhook refusal not written to the delivery log");
+      }
     }
     return { verdict, facts };
   }

@@ -3,9 +3,10 @@ import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
 import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
 import type { RequestFacts } from "../server/request-context.js";
+import { isStoreUnavailable } from "../store/store-errors.js";
 import type { BodySource } from "./body-reader.js";
 import { webhookPathPrefix } from "./endpoint-url.js";
-import type { WebhookPipeline } from "./pipeline.js";
+import type { WebhookOutcome, WebhookPipeline } from "./pipeline.js";
 import { Rejection } from "./rejection.js";
 
 /** Told each request's verdict: a stable reason (`accepted`, `signature_mismatch`, ...) and the status. */
@@ -31,12 +32,19 @@ export function webhookRoute(
         });
         return;
       }
-      const outcome = await pipeline.run({
-        listenerId: path.slice(webhookPathPrefix.length),
-        peerAddress: facts.peerAddress,
-        headers: req.headers,
-        body: bodySource(req),
-      });
+      let outcome: WebhookOutcome;
+      try {
+        outcome = await pipeline.run({
+          listenerId: path.slice(webhookPathPrefix.length),
+          peerAddress: facts.peerAddress,
+          headers: req.headers,
+          body: bodySource(req),
+        });
+      } catch (e) {
+        // The server answers a store failure with 503 (nothing was recorded); count it with the verdicts.
+        if (isStoreUnavailable(e)) onVerdict("store_unavailable", 503);
+        throw e;
+      }
       const { verdict } = outcome;
       if (verdict instanceof Rejection) {
         onVerdict(verdict.reason, verdict.status);
