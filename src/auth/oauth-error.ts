@@ -1,7 +1,10 @@
 import type { NodeResponse } from "../server/json-error.js";
 
-/** RFC 6749 section 5.2 error codes, plus RFC 8628's `slow_down` for the brute-force limiter. */
-export type OAuthErrorCode = "invalid_request" | "invalid_client" | "unsupported_grant_type" | "slow_down";
+/**
+ * RFC 6749 section 5.2 error codes, plus RFC 8628's `slow_down` for the brute-force limiter and
+ * RFC 6749's `temporarily_unavailable` (section 4.1.2.1) for a failing store.
+ */
+export type OAuthErrorCode = "invalid_request" | "invalid_client" | "unsupported_grant_type" | "slow_down" | "temporarily_unavailable";
 
 /** A token-endpoint failure, answered as `{"error", "error_description"}`. */
 export class OAuthError extends Error {
@@ -22,6 +25,8 @@ function statusOf(error: OAuthErrorCode): number {
       return 401;
     case "slow_down":
       return 429;
+    case "temporarily_unavailable":
+      return 503;
     default:
       return 400;
   }

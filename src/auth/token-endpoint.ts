@@ -4,6 +4,8 @@ import type { RawRoute } from "../server/http-server.js";
 import type { NodeRequest, NodeResponse } from "../server/json-error.js";
 import { BodyTooLargeError, readBody } from "../server/read-body.js";
 import type { RequestFacts } from "../server/request-context.js";
+import { storeUnavailableHeaders, storeUnavailableMessage } from "../server/store-unavailable.js";
+import { isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
 import type { AccessTokens } from "./access-tokens.js";
 import { jwtBearerAssertionType, verifyClientAssertion } from "./client-assertion.js";
@@ -39,6 +41,12 @@ export function tokenEndpoint(options: TokenEndpointOptions): RawRoute {
         const issued = await issueToken(req, facts, options);
         writeOAuthJson(res, 200, { access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn });
       } catch (e) {
+        if (isStoreUnavailable(e)) {
+          // Disk full, locked, I/O error (a private_key_jwt grant records the assertion's jti).
+          options.log.error({ err: e, requestId: facts.requestId }, "token request failed: the store is unavailable");
+          writeOAuthError(res, new OAuthError("temporarily_unavailable", storeUnavailableMessage, 503, storeUnavailableHeaders));
+          return;
+        }
         if (!(e instanceof OAuthError)) throw e;
         // The description names the failed check; never the secret, assertion or token.
         options.log.info({ requestId: facts.requestId, error: e.error, reason: e.description }, "token request refused");

@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jwtBearer, newClientKey, requestToken, signAssertion, type TokenAnswer } from "../support/auth-helpers.js";
 import { startTestServer, type TestServer } from "../support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomation } from "../support/webhook-fixtures.js";
 
@@ -99,5 +100,39 @@ describe("store unavailable (disk full)", () => {
       freeTheDisk();
     }
     expect((await server.call("POST", "/api/v1/apps", { displayName: "after" })).status).toBe(200);
+  });
+
+  it("answers the token endpoint's private_key_jwt grant (which records the assertion's jti) with an RFC 6749 503", async () => {
+    const key = await newClientKey();
+    const user = await server.call("POST", "/api/v1/users", { displayName: "key user", roles: ["READ_ONLY"] });
+    const userId = ((await user.json()) as { user: { id: string } }).user.id;
+    const created = await server.call("POST", "/api/v1/iam/clients", { displayName: "key client", userId, publicJwk: key.publicJwk });
+    const clientId = ((await created.json()) as { client: { id: string } }).client.id;
+    const tokenUrl = `${server.config.baseUrl}/auth/v1/token`;
+    const grant = async () => ({
+      grant_type: "client_credentials",
+      client_id: clientId,
+      client_assertion_type: jwtBearer,
+      client_assertion: await signAssertion(key, clientId, tokenUrl, Date.now(), { jti: `${"j".repeat(3_000)}${Math.random()}` }),
+    });
+    fillTheDisk();
+    try {
+      // Long jti values fill the free space left in the pages the database already has.
+      let refused: TokenAnswer | undefined;
+      for (let i = 0; i < 100 && refused === undefined; i++) {
+        const answer = await requestToken(server, await grant());
+        if (answer.status !== 200) refused = answer;
+      }
+      expect(refused?.status).toBe(503);
+      expect(refused?.headers.get("retry-after")).toBe("5");
+      expect(refused?.headers.get("cache-control")).toBe("no-store");
+      expect(refused?.body).toEqual({
+        error: "temporarily_unavailable",
+        error_description: "the store is unavailable (disk full, locked or failing); retry later",
+      });
+    } finally {
+      freeTheDisk();
+    }
+    expect((await requestToken(server, await grant())).status).toBe(200);
   });
 });
