@@ -9,6 +9,7 @@ import { createLogger } from "../src/logger.js";
 import { startAccessd } from "../src/main.js";
 import {
   connectCall,
+  createKeyClient,
   grpcListUsers,
   jwtBearer,
   newClientKey,
@@ -30,18 +31,7 @@ afterAll(() => server.close());
 // Failures count per source address; move past the limiter's minute so tests stay independent.
 afterEach(() => clock.advance(61_000));
 
-/** A client registered through the API with a public key (private_key_jwt). */
-async function keyClient(alg: ClientKey["alg"] = "EdDSA"): Promise<{ clientId: string; key: ClientKey }> {
-  const key = await newClientKey(alg);
-  const user = await server.call("POST", "/api/v1/users", { displayName: "key user", roles: ["READ_ONLY"] });
-  const userId = ((await user.json()) as { user: { id: string } }).user.id;
-  const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "key client", userId, publicJwk: key.publicJwk });
-  expect(res.status).toBe(200);
-  const body = (await res.json()) as { client: { id: string; authMethod: string }; clientSecret?: string };
-  expect(body.client.authMethod).toBe("PRIVATE_KEY_JWT");
-  expect(body.clientSecret ?? "").toBe("");
-  return { clientId: body.client.id, key };
-}
+const keyClient = (alg: ClientKey["alg"] = "EdDSA") => createKeyClient(server, alg);
 
 /**
  * POST /auth/v1/token (form-encoded) over a connection from the loopback address `localAddress`:

@@ -5,7 +5,7 @@ import { isStoreUnavailable } from "../store/store-errors.js";
 export const storeUnavailableMessage = "the store is unavailable (disk full, locked or failing); retry later";
 
 /** The Retry-After (seconds) sent with a store failure's 503. */
-export const storeRetryAfterSeconds = 5;
+const storeRetryAfterSeconds = 5;
 
 export const storeUnavailableHeaders = { "retry-after": String(storeRetryAfterSeconds) } as const;
 

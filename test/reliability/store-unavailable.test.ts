@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { jwtBearer, newClientKey, requestToken, signAssertion, type TokenAnswer } from "../support/auth-helpers.js";
+import { createKeyClient, jwtBearer, requestToken, signAssertion, type TokenAnswer } from "../support/auth-helpers.js";
 import { startTestServer, type TestServer } from "../support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomation } from "../support/webhook-fixtures.js";
 
@@ -103,11 +103,7 @@ describe("store unavailable (disk full)", () => {
   });
 
   it("answers the token endpoint's private_key_jwt grant (which records the assertion's jti) with an RFC 6749 503", async () => {
-    const key = await newClientKey();
-    const user = await server.call("POST", "/api/v1/users", { displayName: "key user", roles: ["READ_ONLY"] });
-    const userId = ((await user.json()) as { user: { id: string } }).user.id;
-    const created = await server.call("POST", "/api/v1/iam/clients", { displayName: "key client", userId, publicJwk: key.publicJwk });
-    const clientId = ((await created.json()) as { client: { id: string } }).client.id;
+    const { clientId, key } = await createKeyClient(server);
     const tokenUrl = `${server.config.baseUrl}/auth/v1/token`;
     const grant = async () => ({
       grant_type: "client_credentials",

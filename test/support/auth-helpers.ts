@@ -2,6 +2,7 @@ import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from "jose";
 import { ListUsersRequestSchema, ListUsersResponseSchema, type ListUsersResponse } from "../../gen/svc/api/user/v1/user_pb.js";
+import { expect } from "vitest";
 import type { TestServer } from "./test-server.js";
 
 export const jwtBearer = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
@@ -39,6 +40,19 @@ export interface ClientKey {
 export async function newClientKey(alg: ClientKey["alg"] = "EdDSA"): Promise<ClientKey> {
   const { privateKey, publicKey } = await generateKeyPair(alg, { extractable: true });
   return { alg, privateKey, publicJwk: await exportJWK(publicKey) };
+}
+
+/** A client registered through the API with a public key (private_key_jwt). */
+export async function createKeyClient(server: TestServer, alg: ClientKey["alg"] = "EdDSA"): Promise<{ clientId: string; key: ClientKey }> {
+  const key = await newClientKey(alg);
+  const user = await server.call("POST", "/api/v1/users", { displayName: "key user", roles: ["READ_ONLY"] });
+  const userId = ((await user.json()) as { user: { id: string } }).user.id;
+  const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "key client", userId, publicJwk: key.publicJwk });
+  expect(res.status).toBe(200);
+  const body = (await res.json()) as { client: { id: string; authMethod: string }; clientSecret?: string };
+  expect(body.client.authMethod).toBe("PRIVATE_KEY_JWT");
+  expect(body.clientSecret ?? "").toBe("");
+  return { clientId: body.client.id, key };
 }
 
 /** An RFC 7523 client assertion; `claims` override the defaults (times in seconds). */
