@@ -1,11 +1,12 @@
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { request as httpRequest, Agent } from "node:http";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { until } from "./support/served-process.js";
 import { builtCli, repoRoot, listeningPort, spawnBuiltCli, spawnCli, type CliProcess } from "./support/spawn-cli.js";
 
 const dirs: string[] = [];
@@ -103,6 +104,55 @@ describe("npm start (accessd serve)", () => {
     expect(await cli.exited).toEqual({ code: 0, signal: null });
     expect(Date.now() - started).toBeLessThan(4_000);
     agent.destroy();
+  });
+
+  it("reads to its end and answers a request whose body is still arriving when SIGTERM lands, then exits 0", async () => {
+    const { cli, url } = await serve(tempDir());
+    const { authorization } = await authHeaders(url);
+    const socket = connect({ host: "127.0.0.1", port: Number(new URL(url).port) });
+    let received = "";
+    socket.setEncoding("latin1").on("data", (chunk: string) => (received += chunk));
+    const closed = new Promise<string>((resolve) => socket.on("close", () => resolve(received)));
+    socket.on("error", (e) => (received += `\n<${e.message}>`));
+    const body = JSON.stringify({ displayName: "Created while the server stops" });
+    const half = Math.floor(body.length / 2);
+    socket.write(
+      `POST /api/v1/apps HTTP/1.1\r\nhost: accessd\r\nauthorization: ${authorization}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, half)}`,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 100)); // the server has read the headers and half the body
+
+    cli.child.kill("SIGTERM");
+    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    await new Promise((resolve) => setTimeout(resolve, 300)); // past the idle connections' grace
+    socket.write(body.slice(half));
+    const answer = await closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect(answer).toContain("Created while the server stops");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("answers, with Connection: close, a request that arrives on an idle keep-alive connection just after SIGTERM", async () => {
+    // A client cannot know the server is stopping: a request it sends on a connection it holds
+    // must be answered (or never read), not reset.
+    const { cli, url } = await serve(tempDir());
+    const socket = connect({ host: "127.0.0.1", port: Number(new URL(url).port) });
+    let received = "";
+    socket.setEncoding("latin1").on("data", (chunk: string) => (received += chunk));
+    const closed = new Promise<string>((resolve) => socket.on("close", () => resolve(received)));
+    socket.on("error", (e) => (received += `\n<${e.message}>`));
+    const healthz = "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n";
+    socket.write(healthz);
+    await until("the first answer arrived", () => received.includes('{"status":"ok"}'));
+    received = "";
+
+    cli.child.kill("SIGTERM");
+    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    socket.write(healthz);
+    const answer = await closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
   });
 });
 
