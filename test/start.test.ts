@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { request as httpRequest, Agent } from "node:http";
+import { connect as http2Connect } from "node:http2";
 import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -130,6 +131,44 @@ describe("npm start (accessd serve)", () => {
     expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     expect(answer).toContain("Created while the server stops");
     expect(await cli.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("sends GOAWAY to an HTTP/2 client on SIGTERM, finishes its stream whose body is still arriving, and exits 0", async () => {
+    const { cli, url } = await serve(tempDir());
+    const { authorization } = await authHeaders(url);
+    const session = http2Connect(url);
+    let goaway = false;
+    session.on("goaway", () => (goaway = true));
+    session.on("error", () => {});
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/api/v1/apps",
+      authorization: authorization ?? "",
+      "content-type": "application/json",
+    });
+    const body = JSON.stringify({ displayName: "Created over HTTP/2 while the server stops" });
+    const half = Math.floor(body.length / 2);
+    stream.write(body.slice(0, half));
+    const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+      let status = 0;
+      let text = "";
+      stream.on("response", (headers) => (status = Number(headers[":status"])));
+      stream.setEncoding("utf8").on("data", (chunk: string) => (text += chunk));
+      stream.on("end", () => resolve({ status, text }));
+      stream.on("error", reject);
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100)); // the server has the stream and half its body
+
+    const started = Date.now();
+    cli.child.kill("SIGTERM");
+    await until("the client was told to go away", () => goaway);
+    stream.end(body.slice(half));
+    const { status, text } = await answer;
+    expect(status).toBe(200);
+    expect(text).toContain("Created over HTTP/2 while the server stops");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - started).toBeLessThan(4_000);
+    session.destroy();
   });
 
   it("answers, with Connection: close, a request that arrives on an idle keep-alive connection just after SIGTERM", async () => {
