@@ -1,9 +1,11 @@
 import { generateKeyPairSync, randomUUID } from "node:crypto";
+import { connect as http2Connect, constants as http2Constants } from "node:http2";
 import { runInNewContext } from "node:vm";
 import { setFlagsFromString } from "node:v8";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { signHmacWebhook, signJwtWebhook } from "../../src/webhooks/index.js";
 import { rawRequest, type RawAnswer } from "../support/raw-http.js";
+import { until } from "../support/served-process.js";
 import { startTestServer, type TestServer } from "../support/test-server.js";
 import {
   createWebhookAutomation,
@@ -396,6 +398,31 @@ describe("hostile input", () => {
     expect(answer?.status).toBe(400);
     expect(answer?.headers.connection).toBe("close");
     expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({ code: "invalid_argument", message: "malformed HTTP request" });
+  });
+
+  it("closes an HTTP/2 session that opens and resets streams in a flood (rapid reset), and keeps serving others", async () => {
+    const session = http2Connect(server.url);
+    let goaway: number | undefined;
+    session.on("goaway", (code: number) => (goaway = code));
+    session.on("error", () => {});
+    const flood = 50_000;
+    let opened = 0;
+    while (opened < flood && goaway === undefined && !session.closed && !session.destroyed) {
+      const stream = session.request({ ":method": "POST", ":path": `/api/v1/webhooks/incoming/${hmac.listenerId}` });
+      stream.on("error", () => {});
+      stream.close(http2Constants.NGHTTP2_CANCEL);
+      opened++;
+      if (opened % 100 === 0) await new Promise((r) => setImmediate(r));
+    }
+    await until("the flooding session is gone", () => session.closed || session.destroyed || goaway !== undefined);
+    // Node's HTTP/2 layer (nghttp2's limit on stream resets) ends the session after about 1,100
+    // of them (three runs: 1,100-1,200), with GOAWAY; accessd adds nothing to it, and this test
+    // keeps it from being lost (a different HTTP/2 server, a layer in front of Node's).
+    expect(opened).toBeLessThan(flood);
+    session.destroy();
+    expect((await server.call("GET", "/healthz")).status).toBe(200);
+    const body = JSON.stringify({ after: "rapid reset" });
+    expect((await postWebhook(hmac.postUrl, hmacHeaders(hmac, body), body)).status).toBe(200);
   });
 
   it("answers a protobuf body that does not decode with 400 invalid_argument on a Connect path", async () => {
