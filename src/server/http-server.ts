@@ -25,6 +25,15 @@ import { storeUnavailableHeaders, storeUnavailableMessage } from "./store-unavai
  */
 const listenBacklog = 4096;
 
+/**
+ * Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS; clients
+ * such as grpc-js, Connect and Go queue calls beyond it). Node advertises no limit, so one
+ * connection could hold any number of requests whose bodies never finish, each kept until the
+ * request timeout: 20,000 such streams on one connection took the server from 118 to 396 MB.
+ * An HTTP/1.1 client needs a connection per request for that. 256 is about Go's default (250).
+ */
+const maxConcurrentStreamsPerSession = 256;
+
 /** A route served outside Connect, on the raw request (webhooks, the token endpoint). */
 export interface RawRoute {
   /** An exact path, or a prefix when it ends with "/". */
@@ -65,6 +74,7 @@ export class HttpServer {
           connectionsCheckingInterval: 250,
           keepAliveTimeout: 5_000,
         },
+        http2: { settings: { maxConcurrentStreams: maxConcurrentStreamsPerSession } },
       },
       (req, res) => this.dispatch(req, res),
     );

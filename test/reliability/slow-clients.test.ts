@@ -2,6 +2,7 @@ import { once } from "node:events";
 import { connect as http2Connect } from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rawRequest } from "../support/raw-http.js";
+import { until } from "../support/served-process.js";
 import { startTestServer, type TestServer } from "../support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomation } from "../support/webhook-fixtures.js";
 
@@ -76,6 +77,43 @@ describe("slow clients", () => {
       message: "the request was not received in time",
     });
     expect(Date.now() - started).toBeLessThan(requestTimeoutMs + slackMs);
+  });
+
+  it("holds at most 256 streams of one HTTP/2 connection at once, so stalled ones cannot pile up", async () => {
+    const client = http2Connect(server.url);
+    client.on("error", () => {});
+    try {
+      await once(client, "remoteSettings");
+      expect(client.remoteSettings.maxConcurrentStreams).toBe(256);
+      // 400 webhooks whose bodies never finish, on one connection: the server takes 256 of them
+      // (Node's own limit would take all 400) and cuts them at the request timeout.
+      const body = '{"slow":true}';
+      const cutAt: number[] = [];
+      const streams = Array.from({ length: 400 }, () => {
+        const stream = client.request({
+          ":method": "POST",
+          ":path": new URL(hook.postUrl).pathname,
+          ...Object.fromEntries(Object.entries(hmacHeaders(hook, body)).map(([k, v]) => [k.toLowerCase(), v])),
+          "content-length": "10000",
+        });
+        stream.on("error", () => {});
+        stream.on("response", (headers) => {
+          if (headers[":status"] === 408) cutAt.push(Date.now());
+        });
+        stream.write('{"slo');
+        return stream;
+      });
+      // Other senders are served meanwhile.
+      const ok = JSON.stringify({ while: "a connection holds 256 stalled streams" });
+      expect((await postWebhook(hook.postUrl, hmacHeaders(hook, ok), ok)).status).toBe(200);
+
+      await until("the stalled streams were cut", () => cutAt.length > 0);
+      await new Promise((r) => setTimeout(r, requestTimeoutMs / 2));
+      expect(cutAt.length).toBe(256);
+      for (const stream of streams) stream.destroy();
+    } finally {
+      client.destroy();
+    }
   });
 
   it("cuts an HTTP/2 stream whose body stalls with 408, and the session keeps serving", async () => {
