@@ -36,9 +36,9 @@ export class ConnectionTracker {
     server.on("session", (session: Http2Session) => this.trackSession(session));
   }
 
-  private hasIdleHttp1Socket(): boolean {
-    for (const [socket, active] of this.sockets) if (active === 0 && this.http1Sockets.has(socket)) return true;
-    return false;
+  /** HTTP/1.1 connections with no request in flight. */
+  private idleHttp1Sockets(): Socket[] {
+    return [...this.sockets].filter(([socket, active]) => active === 0 && this.http1Sockets.has(socket)).map(([socket]) => socket);
   }
 
   private trackSession(session: Http2Session | undefined): void {
@@ -86,10 +86,10 @@ export class ConnectionTracker {
     // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead
     // (which names the last stream served, so a client knows what to send again elsewhere).
     for (const session of this.sessions) session.close();
-    if (this.hasIdleHttp1Socket()) {
+    if (this.idleHttp1Sockets().length > 0) {
       await new Promise((resolve) => setTimeout(resolve, Math.min(idleKeepAliveGraceMs, deadlineMs)));
     }
-    for (const [socket, active] of this.sockets) if (active === 0 && this.http1Sockets.has(socket)) socket.end();
+    for (const socket of this.idleHttp1Sockets()) socket.end();
     if (this.inFlight > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, Math.max(0, deadlineMs - (performance.now() - started)));
