@@ -49,6 +49,21 @@ async function authHeaders(url: string): Promise<Record<string, string>> {
   return { authorization: `Bearer ${token.access_token}` };
 }
 
+/** A raw HTTP/1.1 connection: what it received (errors as `<message>`), and all of it once closed. */
+function rawConnection(url: string) {
+  const socket = connect({ host: "127.0.0.1", port: Number(new URL(url).port) });
+  let received = "";
+  socket.setEncoding("latin1").on("data", (chunk: string) => (received += chunk));
+  socket.on("error", (e) => (received += `\n<${e.message}>`));
+  return {
+    socket,
+    received: () => received,
+    /** Drops what was received so far. */
+    forget: () => void (received = ""),
+    closed: new Promise<string>((resolve) => socket.on("close", () => resolve(received))),
+  };
+}
+
 describe("npm start (accessd serve)", () => {
   it("is what `npm start` and the accessd bin run", () => {
     const pkg = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as {
@@ -110,14 +125,10 @@ describe("npm start (accessd serve)", () => {
   it("reads to its end and answers a request whose body is still arriving when SIGTERM lands, then exits 0", async () => {
     const { cli, url } = await serve(tempDir());
     const { authorization } = await authHeaders(url);
-    const socket = connect({ host: "127.0.0.1", port: Number(new URL(url).port) });
-    let received = "";
-    socket.setEncoding("latin1").on("data", (chunk: string) => (received += chunk));
-    const closed = new Promise<string>((resolve) => socket.on("close", () => resolve(received)));
-    socket.on("error", (e) => (received += `\n<${e.message}>`));
+    const connection = rawConnection(url);
     const body = JSON.stringify({ displayName: "Created while the server stops" });
     const half = Math.floor(body.length / 2);
-    socket.write(
+    connection.socket.write(
       `POST /api/v1/apps HTTP/1.1\r\nhost: accessd\r\nauthorization: ${authorization}\r\n` +
         `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body.slice(0, half)}`,
     );
@@ -126,8 +137,8 @@ describe("npm start (accessd serve)", () => {
     cli.child.kill("SIGTERM");
     await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
     await new Promise((resolve) => setTimeout(resolve, 300)); // past the idle connections' grace
-    socket.write(body.slice(half));
-    const answer = await closed;
+    connection.socket.write(body.slice(half));
+    const answer = await connection.closed;
     expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     expect(answer).toContain("Created while the server stops");
     expect(await cli.exited).toEqual({ code: 0, signal: null });
@@ -175,20 +186,16 @@ describe("npm start (accessd serve)", () => {
     // A client cannot know the server is stopping: a request it sends on a connection it holds
     // must be answered (or never read), not reset.
     const { cli, url } = await serve(tempDir());
-    const socket = connect({ host: "127.0.0.1", port: Number(new URL(url).port) });
-    let received = "";
-    socket.setEncoding("latin1").on("data", (chunk: string) => (received += chunk));
-    const closed = new Promise<string>((resolve) => socket.on("close", () => resolve(received)));
-    socket.on("error", (e) => (received += `\n<${e.message}>`));
+    const connection = rawConnection(url);
     const healthz = "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n";
-    socket.write(healthz);
-    await until("the first answer arrived", () => received.includes('{"status":"ok"}'));
-    received = "";
+    connection.socket.write(healthz);
+    await until("the first answer arrived", () => connection.received().includes('{"status":"ok"}'));
+    connection.forget();
 
     cli.child.kill("SIGTERM");
     await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
-    socket.write(healthz);
-    const answer = await closed;
+    connection.socket.write(healthz);
+    const answer = await connection.closed;
     expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
     expect(await cli.exited).toEqual({ code: 0, signal: null });

@@ -1,5 +1,5 @@
 import { once } from "node:events";
-import { connect as http2Connect } from "node:http2";
+import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rawRequest } from "../support/raw-http.js";
 import { until } from "../support/served-process.js";
@@ -25,6 +25,19 @@ describe("slow clients", () => {
     const body = '{"slow":true}';
     const lines = Object.entries(hmacHeaders(hook, body)).map(([k, v]) => `${k}: ${v}\r\n`).join("");
     return `POST ${new URL(hook.postUrl).pathname} HTTP/1.1\r\nHost: 127.0.0.1\r\n${lines}Content-Length: 10000\r\n\r\n`;
+  }
+
+  /** An HTTP/2 webhook stream, signed, whose Content-Length promises more body than it sends. */
+  function stalledWebhookStream(client: ClientHttp2Session): ClientHttp2Stream {
+    const body = '{"slow":true}';
+    const stream = client.request({
+      ":method": "POST",
+      ":path": new URL(hook.postUrl).pathname,
+      ...Object.fromEntries(Object.entries(hmacHeaders(hook, body)).map(([k, v]) => [k.toLowerCase(), v])),
+      "content-length": "10000",
+    });
+    stream.write('{"slo');
+    return stream;
   }
 
   it("cuts connections that stall or trickle the body after the request timeout, while other senders keep being answered", async () => {
@@ -87,20 +100,13 @@ describe("slow clients", () => {
       expect(client.remoteSettings.maxConcurrentStreams).toBe(256);
       // 400 webhooks whose bodies never finish, on one connection: the server takes 256 of them
       // (Node's own limit would take all 400) and cuts them at the request timeout.
-      const body = '{"slow":true}';
       const cutAt: number[] = [];
       const streams = Array.from({ length: 400 }, () => {
-        const stream = client.request({
-          ":method": "POST",
-          ":path": new URL(hook.postUrl).pathname,
-          ...Object.fromEntries(Object.entries(hmacHeaders(hook, body)).map(([k, v]) => [k.toLowerCase(), v])),
-          "content-length": "10000",
-        });
+        const stream = stalledWebhookStream(client);
         stream.on("error", () => {});
         stream.on("response", (headers) => {
           if (headers[":status"] === 408) cutAt.push(Date.now());
         });
-        stream.write('{"slo');
         return stream;
       });
       // Other senders are served meanwhile.
@@ -119,14 +125,7 @@ describe("slow clients", () => {
   it("cuts an HTTP/2 stream whose body stalls with 408, and the session keeps serving", async () => {
     const client = http2Connect(server.url);
     try {
-      const body = '{"slow":true}';
-      const stream = client.request({
-        ":method": "POST",
-        ":path": new URL(hook.postUrl).pathname,
-        ...Object.fromEntries(Object.entries(hmacHeaders(hook, body)).map(([k, v]) => [k.toLowerCase(), v])),
-        "content-length": "10000",
-      });
-      stream.write('{"slo');
+      const stream = stalledWebhookStream(client);
       const started = Date.now();
       const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
       expect(headers[":status"]).toBe(408);
