@@ -222,9 +222,9 @@ async function sendThroughRestart(stop: Stop): Promise<MidStreamRun> {
     restarted = (async () => {
       await first.cli.exited;
       msToExit = performance.now() - signalledAt;
-      const atCrash = Store.open(database);
-      unfinishedAtStop = atCrash.executions.countUnfinished();
-      atCrash.close();
+      const atStop = Store.open(database);
+      unfinishedAtStop = atStop.executions.countUnfinished();
+      atStop.close();
       second = await serve();
       target.up(second.url);
     })();
