@@ -5,8 +5,10 @@ import type { Store } from "../store/store.js";
 import type { GroupCommit } from "./group-commit.js";
 import { Rejection } from "./rejection.js";
 
-/** The automations module's durable queue: creates a PENDING execution inside the caller's transaction. */
-/** Returns the execution as stored, handed to the worker once committed. */
+/**
+ * The automations module's durable queue: creates a PENDING execution inside the caller's
+ * transaction and returns it as stored, handed to the worker once committed.
+ */
 export type EnqueueExecution = (request: { automationId: string; trigger: JsonValue; eventId: string; executionId: string }) => Execution;
 
 export interface AcceptedEvent {
