@@ -53,14 +53,25 @@ export interface StartOptions {
   metrics?: Metrics;
 }
 
-/** The composition root: config -> store -> services -> server. */
+/**
+ * The composition root: config -> store -> services -> server. A start that fails (a ConfigError
+ * such as the wrong data key, the port taken) closes the store it opened before it throws.
+ */
 export async function startAccessd(config: Config, log: Logger, options: StartOptions = {}): Promise<Accessd> {
+  if (options.store !== undefined) return serve(config, log, options.store, options);
+  const store = Store.open(config.database, {
+    backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
+  });
+  try {
+    return await serve(config, log, store, options);
+  } catch (e) {
+    await store.close();
+    throw e;
+  }
+}
+
+async function serve(config: Config, log: Logger, store: Store, options: StartOptions): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
-  const store =
-    options.store ??
-    Store.open(config.database, {
-      backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
-    });
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
   metrics.observeExecutionsByState(() => store.executions.countByState());
@@ -74,7 +85,9 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     baseUrl: config.baseUrl,
     trustedProxies: config.trustedProxies,
     jwksAllowHttp: config.jwksAllowHttp,
-    dataKey: resolveDataKey(config.dataKey, config.database),
+    dataKey: resolveDataKey(config.dataKey, config.database, {
+      holdsSealedSecrets: store.webhooks.secrets.newest() !== undefined,
+    }),
     findListener: (listenerId) => store.automations.findByListenerId(listenerId),
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
     handOffExecution: (execution) => worker.handOff(execution),

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
@@ -8,6 +8,7 @@ import { ConfigError, loadConfig } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
 import { v7 as uuidv7 } from "uuid";
 import { housekeepingChunkRows, startWebhookHousekeeping } from "../src/jobs/webhook-housekeeping.js";
+import { isStoreUnavailable, StoredDataUnreadableError } from "../src/store/store-errors.js";
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
 import { dataKeyFilePath, resolveDataKey } from "../src/webhooks/data-key.js";
@@ -187,12 +188,39 @@ describe("secret store", () => {
   it("creates a 0600 key file beside the database and reads it back", () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-key-"));
     const db = join(dir, "accessd.db");
-    const key = resolveDataKey(undefined, db);
+    const { key, source } = resolveDataKey(undefined, db, { holdsSealedSecrets: false });
     expect(key).toHaveLength(32);
+    expect(source).toBe(`the key file ${dataKeyFilePath(db)}`);
     expect(statSync(dataKeyFilePath(db)).mode & 0o777).toBe(0o600);
-    expect(resolveDataKey(undefined, db).equals(key)).toBe(true);
+    expect(resolveDataKey(undefined, db, { holdsSealedSecrets: true }).key.equals(key)).toBe(true);
     expect(readFileSync(dataKeyFilePath(db), "utf8").trim()).toBe(key.toString("base64url"));
     rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("creates no key file for a database that holds sealed secrets", () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-key-"));
+    const db = join(dir, "accessd.db");
+    expect(() => resolveDataKey(undefined, db, { holdsSealedSecrets: true })).toThrow(ConfigError);
+    expect(() => resolveDataKey(undefined, db, { holdsSealedSecrets: true })).toThrow(/^ACCESSD_DATA_KEY: not set, and the key file .* is missing/);
+    expect(existsSync(dataKeyFilePath(db))).toBe(false);
+    const configured = Buffer.alloc(32, 1);
+    expect(resolveDataKey(configured, db, { holdsSealedSecrets: true })).toEqual({ key: configured, source: "ACCESSD_DATA_KEY" });
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("tells whether its key opens the stored secrets, and refuses to use one that does not open", () => {
+    const store = Store.open(":memory:");
+    const clock = new ManualClock(1_700_000_000_000);
+    const sealing = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(Buffer.alloc(32, 7)), clock);
+    const other = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(Buffer.alloc(32, 8)), clock);
+    expect(other.keyOpensStoredSecrets()).toBe(true); // nothing stored yet
+    sealing.replace("a1");
+    expect(sealing.keyOpensStoredSecrets()).toBe(true);
+    expect(other.keyOpensStoredSecrets()).toBe(false);
+    expect(() => other.validKeys("a1")).toThrow(StoredDataUnreadableError);
+    expect(() => other.validKeys("a1")).toThrow(/^webhook secret .* of automation a1 does not open with the data key$/);
+    expect(isStoreUnavailable(new StoredDataUnreadableError("x"))).toBe(true);
+    store.close();
   });
 });
 

@@ -18,7 +18,7 @@ program
   .action(async () => {
     const config = loadConfigOrExit();
     const log = createLogger(config.logLevel);
-    const accessd = await startAccessd(config, log);
+    const accessd = await startAccessd(config, log).catch(exitOnConfigError);
     const stop = (signal: string) => {
       log.info({ signal }, "shutting down");
       accessd.close().then(
@@ -56,12 +56,20 @@ function loadConfigOrExit() {
   try {
     return loadConfig();
   } catch (e) {
-    if (e instanceof ConfigError) {
-      process.stderr.write(`accessd: invalid configuration: ${e.message}\n`);
-      process.exit(2);
-    }
-    throw e;
+    return exitOnConfigError(e);
   }
+}
+
+/**
+ * A bad setting, found while reading the variables or while starting (a data key that does not
+ * belong to the database): one line naming the variable, exit code 2. Anything else is rethrown.
+ */
+function exitOnConfigError(e: unknown): never {
+  if (e instanceof ConfigError) {
+    process.stderr.write(`accessd: invalid configuration: ${e.message}\n`);
+    process.exit(2);
+  }
+  throw e;
 }
 
 program.addCommand(webhookCommand());

@@ -7,7 +7,21 @@ import Database from "better-sqlite3";
  */
 const unavailableCodes = /^SQLITE_(FULL|BUSY|LOCKED|IOERR|READONLY|CANTOPEN|NOMEM|PROTOCOL)(_[A-Z_]+)?$/;
 
-/** True for a store failure a client may retry later (disk full, locked, I/O error). */
+/**
+ * Stored data the service cannot use, through no fault of the request: a webhook secret that does
+ * not open with the data key (its row altered, or sealed under another key). Answered like a
+ * store failure (503, retry later), never as the sender's fault: a sender told 401 would drop the
+ * event, one told 503 retries once an operator has mended the data.
+ */
+export class StoredDataUnreadableError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "StoredDataUnreadableError";
+  }
+}
+
+/** True for a store failure a client may retry later (disk full, locked, I/O error, unreadable data). */
 export function isStoreUnavailable(error: unknown): boolean {
+  if (error instanceof StoredDataUnreadableError) return true;
   return error instanceof Database.SqliteError && unavailableCodes.test(error.code);
 }

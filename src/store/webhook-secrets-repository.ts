@@ -34,6 +34,7 @@ export class WebhookSecretsRepository {
   private readonly expireStmt;
   private readonly deleteForStmt;
   private readonly deleteExpiredStmt;
+  private readonly newestStmt;
   /** Each automation's unexpired secrets (every HMAC webhook asks); cleared by every write below. */
   private readonly unexpired: ReadCache<string, readonly StoredWebhookSecret[]>;
 
@@ -53,6 +54,7 @@ export class WebhookSecretsRepository {
       "UPDATE webhook_secrets SET expires_at = min(coalesce(expires_at, ?), ?) WHERE automation_id = ?",
     );
     this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_secrets WHERE automation_id = ?");
+    this.newestStmt = db.prepare<[], SecretRow>("SELECT * FROM webhook_secrets ORDER BY id DESC LIMIT 1");
     this.deleteExpiredStmt = db.prepare<[number]>(
       "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL AND expires_at <= ?",
     );
@@ -72,6 +74,12 @@ export class WebhookSecretsRepository {
 
   current(automationId: string): StoredWebhookSecret | undefined {
     const row = this.currentStmt.get(automationId);
+    return row === undefined ? undefined : toSecret(row);
+  }
+
+  /** The most recently created secret of any automation, expired or not (undefined when none is stored). */
+  newest(): StoredWebhookSecret | undefined {
+    const row = this.newestStmt.get();
     return row === undefined ? undefined : toSecret(row);
   }
 

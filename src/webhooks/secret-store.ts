@@ -1,6 +1,7 @@
 import { randomBytes, type KeyObject } from "node:crypto";
 import type { Clock } from "../clock.js";
 import { newId } from "../store/ids.js";
+import { StoredDataUnreadableError } from "../store/store-errors.js";
 import type { WebhookSecretsRepository } from "../store/webhook-secrets-repository.js";
 import { hmacKey } from "./hmac-signature.js";
 import type { SecretCipher } from "./secret-cipher.js";
@@ -50,18 +51,47 @@ export class WebhookSecretStore {
     this.repository.deleteFor(automationId);
   }
 
-  /** The HMAC keys a signature may be made with now: the current secret and any still in grace. */
+  /**
+   * The HMAC keys a signature may be made with now: the current secret and any still in grace.
+   * Throws StoredDataUnreadableError (answered 503) when one of them does not open with the data key.
+   */
   validKeys(automationId: string): KeyObject[] {
     return this.repository.valid(automationId, this.clock.now()).map((stored) => {
       let key = this.keys.get(stored.id);
       if (key === undefined) {
         if (this.keys.size >= maxCachedKeys) this.keys.clear();
-        const text = this.cipher.open(stored.sealed, associatedData(stored.id, automationId)).toString("utf8");
-        key = hmacKey(text);
+        key = hmacKey(this.open(stored.id, automationId, stored.sealed));
         this.keys.set(stored.id, key);
       }
       return key;
     });
+  }
+
+  /**
+   * False when the database holds secrets and the newest does not open with this store's data key:
+   * the service was started with another key than the one that sealed them (checked at start).
+   */
+  keyOpensStoredSecrets(): boolean {
+    const newest = this.repository.newest();
+    if (newest === undefined) return true;
+    try {
+      this.open(newest.id, newest.automationId, newest.sealed);
+      return true;
+    } catch (e) {
+      if (e instanceof StoredDataUnreadableError) return false;
+      throw e;
+    }
+  }
+
+  private open(secretId: string, automationId: string, sealed: Buffer): string {
+    try {
+      return this.cipher.open(sealed, associatedData(secretId, automationId)).toString("utf8");
+    } catch (e) {
+      throw new StoredDataUnreadableError(
+        `webhook secret ${secretId} of automation ${automationId} does not open with the data key`,
+        { cause: e },
+      );
+    }
   }
 
   private issue(automationId: string): string {
