@@ -1,5 +1,6 @@
 import { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import { v7 as uuidv7 } from "uuid";
 import { describe, expect, it, vi } from "vitest";
 import { enqueueExecution } from "../src/automations/enqueue-execution.js";
 import { ExecutionRunner } from "../src/automations/execution-runner.js";
@@ -104,6 +105,21 @@ describe("ExecutionRunner", () => {
     expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
     expect(reads).toHaveBeenCalled();
     expect(store.executions.get(unannounced)?.state).toBe("SUCCEEDED");
+  });
+
+  it("runs an execution handed over whose id sorts before one it read (created after a restart under a clock set back)", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    // Written before the restart, while the clock was an hour ahead.
+    const executionId = uuidv7({ msecs: Date.now() + 3_600_000 });
+    store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 1 }, executionId }));
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2); // read from the store: a claim, a step
+
+    const behind = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 2 } }));
+    expect(behind.id < executionId).toBe(true);
+    runner.committed(behind);
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
+    expect(store.executions.get(behind.id)?.state).toBe("SUCCEEDED");
   });
 
   it("writes the log lines of a batch's log steps after its commit, all in one write", () => {

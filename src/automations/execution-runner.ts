@@ -85,7 +85,13 @@ export class ExecutionRunner {
 
   /** A new execution, committed: queued in memory when the runner knows the whole queue (else the next read finds it). */
   committed(execution: Execution): void {
-    if (!this.upcomingIsWholeQueue || execution.id <= this.newestSeenId) return;
+    if (!this.upcomingIsWholeQueue) return;
+    if (execution.id <= this.newestSeenId) {
+      // Ids grow with time within a process, but one created after a restart under a clock set
+      // back sorts before the executions written earlier: the store, not `upcoming`, has it right.
+      this.upcomingIsWholeQueue = false;
+      return;
+    }
     if (this.upcoming.length - this.nextUpcoming >= maxHandedOver) {
       this.upcomingIsWholeQueue = false; // a backlog: the store holds it, and is read once `upcoming` is done
       return;
