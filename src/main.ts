@@ -25,6 +25,7 @@ import { storeUnavailableInterceptor } from "./server/store-unavailable.js";
 import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
+import { ServingLock } from "./store/serving-lock.js";
 import { Store } from "./store/store.js";
 import { startWebhookHousekeeping } from "./jobs/webhook-housekeeping.js";
 import { createWebhooks, resolveDataKey } from "./webhooks/index.js";
@@ -54,23 +55,28 @@ export interface StartOptions {
 }
 
 /**
- * The composition root: config -> store -> services -> server. A start that fails (a ConfigError
- * such as the wrong data key, the port taken) closes the store it opened before it throws.
+ * The composition root: config -> store -> services -> server. Opening `config.database` itself,
+ * it first takes the database's serving lock (DatabaseInUseError when another process serves it)
+ * and releases it after close(). A start that fails (a ConfigError such as the wrong data key, the
+ * port taken) closes the store it opened and releases the lock before it throws.
  */
 export async function startAccessd(config: Config, log: Logger, options: StartOptions = {}): Promise<Accessd> {
-  if (options.store !== undefined) return serve(config, log, options.store, options);
-  const store = Store.open(config.database, {
-    backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
-  });
+  if (options.store !== undefined) return serve(config, log, options.store, options, () => {});
+  const lock = ServingLock.acquire(config.database);
+  let store: Store | undefined;
   try {
-    return await serve(config, log, store, options);
+    store = Store.open(config.database, {
+      backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
+    });
+    return await serve(config, log, store, options, () => lock.release());
   } catch (e) {
-    await store.close();
+    await store?.close();
+    lock.release();
     throw e;
   }
 }
 
-async function serve(config: Config, log: Logger, store: Store, options: StartOptions): Promise<Accessd> {
+async function serve(config: Config, log: Logger, store: Store, options: StartOptions, afterClose: () => void): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
@@ -175,6 +181,7 @@ async function serve(config: Config, log: Logger, store: Store, options: StartOp
         await server.close();
         await worker.stop(); // the running step finishes; the store closes after it
         await store.close();
+        afterClose();
         log.info("accessd stopped");
       })();
       return closing;

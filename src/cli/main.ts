@@ -5,6 +5,7 @@ import { systemClock } from "../clock.js";
 import { ConfigError, loadConfig } from "../config.js";
 import { createLogger } from "../logger.js";
 import { startAccessd } from "../main.js";
+import { ServingLock } from "../store/serving-lock.js";
 import { Store } from "../store/store.js";
 import { webhookCommand } from "./webhook-command.js";
 
@@ -40,6 +41,7 @@ program
   )
   .action(async () => {
     const config = loadConfigOrExit();
+    const lock = ServingLock.acquire(config.database); // not while a server uses the database
     const store = Store.open(config.database);
     try {
       const created = await createSuperAdminClient(store, systemClock);
@@ -48,7 +50,8 @@ program
       );
       process.stderr.write("accessd: store the client_secret now; it is not shown again (only its hash is kept)\n");
     } finally {
-      store.close();
+      await store.close();
+      lock.release();
     }
   });
 

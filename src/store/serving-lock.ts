@@ -1,0 +1,57 @@
+import { mkdirSync, realpathSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+
+/** Another process holds the database's serving lock. */
+export class DatabaseInUseError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "DatabaseInUseError";
+  }
+}
+
+/** The lock file beside the database (its folder resolved, so every path to the folder finds the same file). */
+export function servingLockPath(databasePath: string): string {
+  const folder = dirname(databasePath);
+  mkdirSync(folder, { recursive: true });
+  return join(realpathSync(folder), `${basename(databasePath)}.lock`);
+}
+
+/**
+ * One process serves a database: the read caches (principals, listeners, secrets) assume nothing
+ * else writes behind them, so a role revoked through one process would go on granting access
+ * through another, and the worker assumes it is the only one running executions. The lock is a
+ * SQLite file `<database>.lock` written once in exclusive locking mode, which keeps its exclusive
+ * lock until the connection closes: the kernel drops it when the process ends, however it ends
+ * (a SIGKILL leaves no stale lock to clean up). A second process, or a second holder in this one,
+ * gets SQLITE_BUSY at once.
+ */
+export class ServingLock {
+  private constructor(private readonly lock: BetterSqlite3.Database | undefined) {}
+
+  /** Takes the lock for `databasePath` (nothing to take for ":memory:"); throws DatabaseInUseError when it is held. */
+  static acquire(databasePath: string): ServingLock {
+    if (databasePath === ":memory:") return new ServingLock(undefined);
+    const path = servingLockPath(databasePath);
+    const lock = new BetterSqlite3(path);
+    try {
+      lock.pragma("busy_timeout = 0");
+      lock.pragma("locking_mode = EXCLUSIVE");
+      lock.exec("BEGIN EXCLUSIVE; COMMIT");
+    } catch (e) {
+      lock.close();
+      if (e instanceof BetterSqlite3.SqliteError && e.code.startsWith("SQLITE_BUSY")) {
+        throw new DatabaseInUseError(
+          `another accessd process is using the database ${databasePath} (it holds ${path}); ` +
+            "one process serves a database: stop that one first",
+        );
+      }
+      throw e;
+    }
+    return new ServingLock(lock);
+  }
+
+  release(): void {
+    if (this.lock?.open) this.lock.close();
+  }
+}

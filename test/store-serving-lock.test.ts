@@ -1,0 +1,70 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { configDefaults } from "../src/config.js";
+import { createLogger } from "../src/logger.js";
+import { startAccessd } from "../src/main.js";
+import { DatabaseInUseError, servingLockPath } from "../src/store/serving-lock.js";
+import { serveProcess } from "./support/served-process.js";
+import { spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { startTestServer } from "./support/test-server.js";
+
+/**
+ * One process serves a database (README "Operating it"): its read caches and its worker assume no
+ * other process writes. A second `accessd serve` (on another port) or `accessd bootstrap` on a
+ * served database must stop at once with a line that says so, not run beside it.
+ */
+
+const dirs: string[] = [];
+const running: CliProcess[] = [];
+afterAll(() => {
+  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDatabase(): string {
+  const dir = mkdtempSync(join(tmpdir(), "accessd-lock-"));
+  dirs.push(dir);
+  return join(dir, "accessd.db");
+}
+
+describe("one process serves a database", () => {
+  it("refuses a second server on a database in use, in this process too, and serves again once the first has stopped", async () => {
+    const database = tempDatabase();
+    const first = await startTestServer({ database });
+    const second = startAccessd({ ...configDefaults, port: 0, database }, createLogger("silent"));
+    await expect(second).rejects.toThrow(DatabaseInUseError);
+    await expect(second).rejects.toThrow(
+      `another accessd process is using the database ${database} (it holds ${servingLockPath(database)})`,
+    );
+    expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
+
+    await first.close();
+    const third = await startTestServer({ database });
+    await third.close();
+  });
+
+  it("`accessd serve` and `accessd bootstrap` on a served database exit 1 with one line; after a SIGKILL the next start takes over", async () => {
+    const database = tempDatabase();
+    const first = await serveProcess({ ACCESSD_DATABASE: database });
+    running.push(first.cli);
+    const refusal = `accessd: another accessd process is using the database ${database} (it holds ${servingLockPath(database)}); one process serves a database: stop that one first`;
+
+    for (const args of [["serve"], ["bootstrap"]]) {
+      const cli = spawnCli(args, { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" });
+      running.push(cli);
+      expect(await cli.exited).toEqual({ code: 1, signal: null });
+      expect(cli.stderr().trim().split("\n")).toEqual([refusal]);
+      expect(cli.stdout()).not.toContain("client_secret");
+    }
+
+    // The kernel drops the lock with the process, however it ends: no stale lock to clean up.
+    first.cli.child.kill("SIGKILL");
+    await first.cli.exited;
+    const next = await serveProcess({ ACCESSD_DATABASE: database });
+    running.push(next.cli);
+    next.cli.child.kill("SIGTERM");
+    expect(await next.cli.exited).toEqual({ code: 0, signal: null });
+  });
+});
