@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
-import { applyMigrations } from "../src/store/database.js";
+import { applyMigrations, NewerSchemaError } from "../src/store/database.js";
 import { migrations } from "../src/store/migrations/index.js";
 import { Store } from "../src/store/store.js";
 
@@ -50,6 +50,29 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
       } finally {
         await store.close();
       }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("a database migrated by a newer accessd", () => {
+  it("is not opened: the error names the migrations this build does not know, and the file is left as it was", () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
+    try {
+      const path = join(dir, "accessd.db");
+      const newer = new BetterSqlite3(path);
+      const next = Math.max(...migrations.map((m) => m.version)) + 1;
+      applyMigrations(newer, [...migrations, { version: next, name: "from the future", sql: "CREATE TABLE future (id TEXT)" }]);
+      newer.close();
+
+      expect(() => Store.open(path)).toThrow(NewerSchemaError);
+      expect(() => Store.open(path)).toThrow(
+        `the database ${path} has schema migrations this accessd does not know (${next}; it knows up to ${next - 1})`,
+      );
+      const after = new BetterSqlite3(path, { readonly: true });
+      expect(after.prepare("SELECT max(version) FROM schema_migrations").pluck().get()).toBe(next);
+      after.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

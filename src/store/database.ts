@@ -12,14 +12,32 @@ export type Database = BetterSqlite3.Database;
 export function openDatabase(path: string, extraMigrations: readonly Migration[] = []): Database {
   if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const db = new BetterSqlite3(path);
+  try {
+    configureAndMigrate(db, extraMigrations);
+  } catch (e) {
+    db.close();
+    throw e;
+  }
+  return db;
+}
+
+function configureAndMigrate(db: Database, extraMigrations: readonly Migration[]): void {
   db.pragma("journal_mode = WAL");
   db.pragma("synchronous = NORMAL"); // with WAL: durable on commit except on power loss
   db.pragma("busy_timeout = 5000");
   db.pragma("foreign_keys = ON");
   applyMigrations(db, [...migrations, ...extraMigrations]);
-  return db;
 }
 
+/** The database was migrated by a newer accessd than this one. */
+export class NewerSchemaError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "NewerSchemaError";
+  }
+}
+
+/** Applies the migrations not yet applied; throws NewerSchemaError when the database has one this build does not know. */
 export function applyMigrations(db: Database, all: readonly Migration[]): void {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,
@@ -32,8 +50,19 @@ export function applyMigrations(db: Database, all: readonly Migration[]): void {
       .all()
       .map((row) => row.version),
   );
-  const record = db.prepare("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)");
   const sorted = [...all].sort((a, b) => a.version - b.version);
+  const known = new Set(sorted.map((m) => m.version));
+  const unknown = [...applied].filter((version) => !known.has(version)).sort((a, b) => a - b);
+  if (unknown.length > 0) {
+    // A newer accessd migrated this file (an upgrade rolled back): running on a schema this build
+    // does not know could fail every write, or write what the newer one cannot read.
+    throw new NewerSchemaError(
+      `the database ${db.name} has schema migrations this accessd does not know (${unknown.join(", ")}; ` +
+        `it knows up to ${sorted.at(-1)?.version ?? 0}): it was used by a newer accessd; ` +
+        "run that version, or restore a backup made before the upgrade",
+    );
+  }
+  const record = db.prepare("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)");
   for (const migration of sorted) {
     if (applied.has(migration.version)) continue;
     db.transaction(() => {
