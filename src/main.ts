@@ -28,7 +28,8 @@ import { RestTranscoder } from "./server/rest-transcoder.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { Store } from "./store/store.js";
 import { startWebhookHousekeeping } from "./jobs/webhook-housekeeping.js";
-import { createWebhooks, resolveDataKey } from "./webhooks/index.js";
+import { checkDataKey, holdsSealedSecrets, resolveDataKey } from "./store/data-key.js";
+import { createWebhooks } from "./webhooks/index.js";
 
 export interface Accessd {
   address: AddressInfo;
@@ -84,6 +85,9 @@ async function serve(config: Config, log: Logger, store: Store, options: StartOp
   metrics.observeQueueDepth(() => store.executions.countUnfinished());
   const programs = new ProgramCache();
   const worker = new ExecutionWorker({ store, clock, log, programs, stepDelayMs: config.testStepDelayMs });
+  // Secrets at rest (webhook secrets, token signing keys) are sealed under the data key; a key that
+  // is missing or not the database's stops the start here (ConfigError), before anything is sealed.
+  const dataKey = resolveDataKey(config.dataKey, config.database, { holdsSealedSecrets: holdsSealedSecrets(store) });
   const webhooks = createWebhooks({
     store,
     clock,
@@ -91,9 +95,7 @@ async function serve(config: Config, log: Logger, store: Store, options: StartOp
     baseUrl: config.baseUrl,
     trustedProxies: config.trustedProxies,
     jwksAllowHttp: config.jwksAllowHttp,
-    dataKey: resolveDataKey(config.dataKey, config.database, {
-      holdsSealedSecrets: store.webhooks.secrets.newest() !== undefined,
-    }),
+    cipher: dataKey.cipher,
     findListener: (listenerId) => store.automations.findByListenerId(listenerId),
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
     handOffExecution: (execution) => worker.handOff(execution),
@@ -102,7 +104,8 @@ async function serve(config: Config, log: Logger, store: Store, options: StartOp
   const automations = { worker, programs, webhookHooks: webhooks.hooks, baseUrl: config.baseUrl };
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
-  const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock });
+  checkDataKey(store, dataKey, () => webhooks.secrets.keyOpensStoredSecrets());
+  const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock, cipher: dataKey.cipher });
   if (config.bootstrapClient !== undefined) {
     const outcome = await ensureBootstrapClient(store, clock, config.bootstrapClient);
     log.info({ clientId: config.bootstrapClient.clientId, outcome }, "bootstrap Super Admin client");

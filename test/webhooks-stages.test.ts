@@ -11,13 +11,12 @@ import { housekeepingChunkRows, startWebhookHousekeeping } from "../src/jobs/web
 import { isStoreUnavailable, StoredDataUnreadableError } from "../src/store/store-errors.js";
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
-import { dataKeyFilePath, resolveDataKey } from "../src/webhooks/data-key.js";
 import { DeliveryLog } from "../src/webhooks/delivery-log.js";
 import { checkEventId } from "../src/webhooks/event-id.js";
 import { hmacKey, hmacSignature, verifyHmacSignature } from "../src/webhooks/hmac-signature.js";
 import type { DeliveryFacts } from "../src/webhooks/pipeline.js";
 import { Rejection } from "../src/webhooks/rejection.js";
-import { SecretCipher } from "../src/webhooks/secret-cipher.js";
+import { SecretCipher } from "../src/store/secret-cipher.js";
 import { WebhookSecretStore } from "../src/webhooks/secret-store.js";
 import { SourceIpResolver } from "../src/webhooks/source-ip.js";
 import { checkTimestamp } from "../src/webhooks/timestamp-window.js";
@@ -183,29 +182,6 @@ describe("secret store", () => {
     expect(accepts(first)).toBe(false);
     expect(accepts(second)).toBe(true);
     store.close();
-  });
-
-  it("creates a 0600 key file beside the database and reads it back", () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-key-"));
-    const db = join(dir, "accessd.db");
-    const { key, source } = resolveDataKey(undefined, db, { holdsSealedSecrets: false });
-    expect(key).toHaveLength(32);
-    expect(source).toBe(`the key file ${dataKeyFilePath(db)}`);
-    expect(statSync(dataKeyFilePath(db)).mode & 0o777).toBe(0o600);
-    expect(resolveDataKey(undefined, db, { holdsSealedSecrets: true }).key.equals(key)).toBe(true);
-    expect(readFileSync(dataKeyFilePath(db), "utf8").trim()).toBe(key.toString("base64url"));
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  it("creates no key file for a database that holds sealed secrets", () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-key-"));
-    const db = join(dir, "accessd.db");
-    expect(() => resolveDataKey(undefined, db, { holdsSealedSecrets: true })).toThrow(ConfigError);
-    expect(() => resolveDataKey(undefined, db, { holdsSealedSecrets: true })).toThrow(/^ACCESSD_DATA_KEY: not set, and the key file .* is missing/);
-    expect(existsSync(dataKeyFilePath(db))).toBe(false);
-    const configured = Buffer.alloc(32, 1);
-    expect(resolveDataKey(configured, db, { holdsSealedSecrets: true })).toEqual({ key: configured, source: "ACCESSD_DATA_KEY" });
-    rmSync(dir, { recursive: true, force: true });
   });
 
   it("tells whether its key opens the stored secrets, and refuses to use one that does not open", () => {

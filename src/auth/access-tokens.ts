@@ -11,6 +11,7 @@ import {
   type JWTHeaderParameters,
 } from "jose";
 import type { Clock } from "../clock.js";
+import type { SecretCipher } from "../store/secret-cipher.js";
 import type { Store } from "../store/store.js";
 
 export interface AccessTokenOptions {
@@ -18,6 +19,11 @@ export interface AccessTokenOptions {
   baseUrl: string;
   ttlMs: number;
   clock: Clock;
+}
+
+export interface AccessTokenLoadOptions extends AccessTokenOptions {
+  /** Seals the private signing keys at rest under the data key. */
+  cipher: SecretCipher;
 }
 
 export interface IssuedToken {
@@ -46,8 +52,9 @@ interface KeyPair {
 
 /**
  * Issues and verifies the service's access tokens: JWTs signed with its own Ed25519 key. The key
- * lives in the store (created on first start), so tokens survive a restart; every stored key is
- * accepted by `kid`, the newest one signs.
+ * lives in the store (created on first start), sealed under the data key, so tokens survive a
+ * restart and a copy of the database alone cannot mint them; every stored key is accepted by
+ * `kid`, the newest one signs.
  */
 export class AccessTokens {
   /**
@@ -64,16 +71,33 @@ export class AccessTokens {
     private readonly options: AccessTokenOptions,
   ) {}
 
-  static async load(store: Store, options: AccessTokenOptions): Promise<AccessTokens> {
+  /**
+   * Reads the signing keys (making the first on a new database) with the data key's cipher; a key
+   * still stored in clear (from before migration 006) is sealed in place. Call after checkDataKey.
+   */
+  static async load(store: Store, { cipher, ...options }: AccessTokenLoadOptions): Promise<AccessTokens> {
+    const sealingOf = (kid: string) => `token-signing-key:${kid}`;
     if (store.signingKeys.all().length === 0) {
       const { privateKey } = await generateKeyPair(algorithm, { extractable: true });
       const privateJwk = await exportJWK(privateKey);
       const kid = await calculateJwkThumbprint(publicPart(privateJwk));
-      store.signingKeys.insert({ kid, privateJwk: JSON.stringify(privateJwk), createdAt: options.clock.now() });
+      const sealedPrivateJwk = cipher.seal(Buffer.from(JSON.stringify(privateJwk), "utf8"), sealingOf(kid));
+      store.signingKeys.insert({ kid, sealedPrivateJwk, createdAt: options.clock.now() });
     }
     const pairs: KeyPair[] = [];
     for (const stored of store.signingKeys.all()) {
-      const jwk = JSON.parse(stored.privateJwk) as JWK;
+      let text = stored.clearPrivateJwk;
+      if (stored.sealedPrivateJwk === undefined) {
+        store.signingKeys.seal(stored.kid, cipher.seal(Buffer.from(text, "utf8"), sealingOf(stored.kid)));
+      } else {
+        // The data key passed checkDataKey, so only an altered row fails here (the start stops).
+        try {
+          text = cipher.open(stored.sealedPrivateJwk, sealingOf(stored.kid)).toString("utf8");
+        } catch (e) {
+          throw new Error(`token signing key ${stored.kid} does not open with the data key (its row was altered)`, { cause: e });
+        }
+      }
+      const jwk = JSON.parse(text) as JWK;
       pairs.push({
         kid: stored.kid,
         privateKey: (await importJWK(jwk, algorithm)) as CryptoKey,

@@ -15,11 +15,20 @@ export class SettingsRepository {
 
   /** The stored secret of that name, created with `bytes` random bytes on first use. */
   secret(name: string, bytes = 32): Buffer {
-    const existing = this.select.get(name);
-    if (existing !== undefined) return existing.value;
-    this.insert.run(name, randomBytes(bytes));
-    const created = this.select.get(name);
+    const existing = this.get(name);
+    if (existing !== undefined) return existing;
+    this.insertIfAbsent(name, randomBytes(bytes));
+    const created = this.get(name);
     if (created === undefined) throw new Error(`setting ${name} vanished after insert`);
-    return created.value;
+    return created;
+  }
+
+  get(name: string): Buffer | undefined {
+    return this.select.get(name)?.value;
+  }
+
+  /** Stores `value` under `name` unless the name already has one (which is kept). */
+  insertIfAbsent(name: string, value: Buffer): void {
+    this.insert.run(name, value);
   }
 }

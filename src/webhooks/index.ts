@@ -3,9 +3,9 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
 import type { Execution } from "../store/executions-repository.js";
+import type { SecretCipher } from "../store/secret-cipher.js";
 import type { Store } from "../store/store.js";
 import { DeliveryLog, defaultRefusalsPerSecond } from "./delivery-log.js";
-import { wrongDataKeyError, type DataKey } from "./data-key.js";
 import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
 import { GroupCommit } from "./group-commit.js";
 import { webhookTriggerHooks } from "./hooks.js";
@@ -13,13 +13,11 @@ import { IpRestrictions } from "./ip-restriction.js";
 import { JwksCache, type JwksCacheOptions } from "./jwks-cache.js";
 import type { FindListener } from "./listener-lookup.js";
 import { WebhookPipeline } from "./pipeline.js";
-import { SecretCipher } from "./secret-cipher.js";
 import { WebhookSecretStore } from "./secret-store.js";
 import { SourceIpResolver } from "./source-ip.js";
 import { type VerdictObserver, webhookRoute } from "./webhook-route.js";
 
 export { defaultRotationGraceMs, WebhookSecretStore } from "./secret-store.js";
-export { resolveDataKey, type DataKey } from "./data-key.js";
 export { webhookEndpointUrl, webhookPathPrefix } from "./endpoint-url.js";
 export { signHmacWebhook, signJwtWebhook, algorithmOf, type SignedHeaders, type JwtAlgorithm } from "./sign-request.js";
 export type { EnqueueExecution } from "./event-acceptance.js";
@@ -32,8 +30,8 @@ export interface WebhooksOptions {
   baseUrl: string;
   trustedProxies: readonly string[];
   jwksAllowHttp: boolean;
-  /** The 32-byte key sealing HMAC secrets at rest (see resolveDataKey). */
-  dataKey: DataKey;
+  /** Seals HMAC secrets at rest under the data key (see resolveDataKey). */
+  cipher: SecretCipher;
   /** The automation behind a listener id (the automations repository). */
   findListener: FindListener;
   /** Creates a PENDING execution inside the caller's transaction (the automations queue). */
@@ -51,14 +49,10 @@ export interface Webhooks {
   secrets: WebhookSecretStore;
 }
 
-/**
- * The inbound-webhook module, built once: its raw route, the trigger hooks and the secret store.
- * Throws a ConfigError (the start stops) when the data key does not open the stored secrets.
- */
+/** The inbound-webhook module, built once: its raw route, the trigger hooks and the secret store. */
 export function createWebhooks(options: WebhooksOptions): Webhooks {
   const { store, clock } = options;
-  const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(options.dataKey.key), clock);
-  if (!secrets.keyOpensStoredSecrets()) throw wrongDataKeyError(options.dataKey.source);
+  const secrets = new WebhookSecretStore(store.webhooks.secrets, options.cipher, clock);
   const acceptance = new EventAcceptance(store, new GroupCommit(store), options.enqueueExecution, options.handOffExecution);
   const pipeline = new WebhookPipeline({
     clock,

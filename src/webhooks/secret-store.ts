@@ -4,7 +4,7 @@ import { newId } from "../store/ids.js";
 import { StoredDataUnreadableError } from "../store/store-errors.js";
 import type { WebhookSecretsRepository } from "../store/webhook-secrets-repository.js";
 import { hmacKey } from "./hmac-signature.js";
-import type { SecretCipher } from "./secret-cipher.js";
+import type { SecretCipher } from "../store/secret-cipher.js";
 
 /** RotateWebhookSecret keeps the previous secret valid this long unless told otherwise. */
 export const defaultRotationGraceMs = 24 * 3_600_000;
@@ -69,7 +69,8 @@ export class WebhookSecretStore {
 
   /**
    * False when the database holds secrets and the newest does not open with this store's data key:
-   * the service was started with another key than the one that sealed them (checked at start).
+   * the service was started with another key than the one that sealed them. Used at start for a
+   * database sealed before the data key had its own check (`checkDataKey`).
    */
   keyOpensStoredSecrets(): boolean {
     const newest = this.repository.newest();

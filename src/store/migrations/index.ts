@@ -3,6 +3,7 @@ import { automationsSchema } from "./003-automations.js";
 import { iamSchema } from "./002-iam.js";
 import { webhooksSchema } from "./004-webhooks.js";
 import { leanWriteIndexesSchema } from "./005-lean-write-indexes.js";
+import { sealedSigningKeysSchema } from "./006-sealed-signing-keys.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
 export interface Migration {
@@ -11,4 +12,11 @@ export interface Migration {
   sql: string;
 }
 
-export const migrations: readonly Migration[] = [initialSchema, iamSchema, webhooksSchema, automationsSchema, leanWriteIndexesSchema];
+export const migrations: readonly Migration[] = [
+  initialSchema,
+  iamSchema,
+  webhooksSchema,
+  automationsSchema,
+  leanWriteIndexesSchema,
+  sealedSigningKeysSchema,
+];

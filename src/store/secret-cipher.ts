@@ -4,9 +4,9 @@ const ivBytes = 12;
 const tagBytes = 16;
 
 /**
- * AES-256-GCM for secrets at rest. The sealed form is iv || tag || ciphertext; the associated data
- * binds a ciphertext to the row it belongs to, so a sealed secret copied onto another automation
- * does not open.
+ * AES-256-GCM for secrets at rest (webhook secrets, the token signing keys) under the data key.
+ * The sealed form is iv || tag || ciphertext; the associated data binds a ciphertext to the row it
+ * belongs to, so a sealed secret copied onto another row does not open.
  */
 export class SecretCipher {
   constructor(private readonly key: Buffer) {
@@ -19,6 +19,16 @@ export class SecretCipher {
     cipher.setAAD(Buffer.from(associatedData, "utf8"));
     const ciphertext = Buffer.concat([cipher.update(plaintext), cipher.final()]);
     return Buffer.concat([iv, cipher.getAuthTag(), ciphertext]);
+  }
+
+  /** True when `sealed` opens with this key (it was sealed under it, with this associated data, and not altered). */
+  opens(sealed: Buffer, associatedData: string): boolean {
+    try {
+      this.open(sealed, associatedData);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** Throws when the data was sealed under another key or altered. */

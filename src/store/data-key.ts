@@ -1,0 +1,108 @@
+import { randomBytes } from "node:crypto";
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeSync } from "node:fs";
+import { dirname } from "node:path";
+import { ConfigError } from "../config.js";
+import { SecretCipher } from "./secret-cipher.js";
+import type { Store } from "./store.js";
+
+/** Where the generated data key lives when ACCESSD_DATA_KEY is not set: beside the database file. */
+export function dataKeyFilePath(databasePath: string): string {
+  return `${databasePath}.key`;
+}
+
+/** The key that seals secrets at rest, and where it came from (named in start errors). */
+export interface DataKey {
+  cipher: SecretCipher;
+  /** "ACCESSD_DATA_KEY", "the key file <path>", or "a random key (in-memory database)". */
+  source: string;
+}
+
+/**
+ * The settings row holding a value sealed under the data key on the first start: a later start
+ * with another key finds that it does not open (the value itself means nothing).
+ */
+const keyCheckSetting = "data_key_check";
+const keyCheckAssociatedData = "accessd data key check";
+
+/**
+ * Whether the database holds anything sealed under a data key: a key check (written on the first
+ * start with one) or, in a database from before the check existed, a webhook secret.
+ */
+export function holdsSealedSecrets(store: Store): boolean {
+  return store.settings.get(keyCheckSetting) !== undefined || store.webhooks.secrets.newest() !== undefined;
+}
+
+/**
+ * The key that encrypts secrets at rest (webhook secrets, the token signing keys):
+ * ACCESSD_DATA_KEY when given; for an in-memory database a random key (its secrets die with it);
+ * otherwise a key file beside the database, created on first start with mode 0600 and read on
+ * every later one.
+ *
+ * A missing key file is created only while the database holds nothing sealed: a database restored
+ * or moved without its key file would otherwise start with a new key under which none of its
+ * secrets opens, and the new file would then stand where the lost one should be restored. Whether
+ * a key that is there is the right one is `checkDataKey`'s business, once the store is open.
+ */
+export function resolveDataKey(
+  configured: Buffer | undefined,
+  databasePath: string,
+  database: { holdsSealedSecrets: boolean },
+): DataKey {
+  if (configured !== undefined) return { cipher: new SecretCipher(configured), source: "ACCESSD_DATA_KEY" };
+  if (databasePath === ":memory:") {
+    return { cipher: new SecretCipher(randomBytes(32)), source: "a random key (in-memory database)" };
+  }
+  const path = dataKeyFilePath(databasePath);
+  if (database.holdsSealedSecrets && !existsSync(path)) {
+    throw new ConfigError(
+      "ACCESSD_DATA_KEY",
+      `not set, and the key file ${path} is missing while the database holds secrets sealed with it: ` +
+        "restore the key file backed up with the database, or set ACCESSD_DATA_KEY to its key",
+    );
+  }
+  return { cipher: new SecretCipher(readOrCreateKeyFile(path)), source: `the key file ${path}` };
+}
+
+/**
+ * Stops the start (ConfigError) unless the data key is the one the database's secrets are sealed
+ * with: the key check must open; a database from before the check must have its newest webhook
+ * secret open (`opensLegacySecrets`), and then gets its check. Every later secret is sealed under a
+ * key that passed here.
+ */
+export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets: () => boolean): void {
+  const check = store.settings.get(keyCheckSetting);
+  const opens = check === undefined ? opensLegacySecrets() : dataKey.cipher.opens(check, keyCheckAssociatedData);
+  if (!opens) {
+    throw new ConfigError(
+      "ACCESSD_DATA_KEY",
+      `${dataKey.source} is not the key the database's secrets were sealed with: ` +
+        "start with the key (or key file) that belongs to this database",
+    );
+  }
+  if (check === undefined) {
+    store.settings.insertIfAbsent(keyCheckSetting, dataKey.cipher.seal(randomBytes(16), keyCheckAssociatedData));
+  }
+}
+
+function readOrCreateKeyFile(path: string): Buffer {
+  mkdirSync(dirname(path), { recursive: true });
+  let fd: number | undefined;
+  try {
+    fd = openSync(path, "wx", 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+  }
+  if (fd !== undefined) {
+    try {
+      writeSync(fd, `${randomBytes(32).toString("base64url")}\n`);
+    } finally {
+      closeSync(fd);
+    }
+    chmodSync(path, 0o600);
+  }
+  const key = Buffer.from(readFileSync(path, "utf8").trim(), "base64url");
+  if (key.length !== 32) {
+    throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${path} does not hold a base64url 32-byte key`);
+  }
+  return key;
+}
