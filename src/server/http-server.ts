@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import type { Server as HttpServerBase } from "node:http";
+import type { Http2Server, ServerHttp2Session } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
 import { Code } from "@connectrpc/connect";
@@ -70,7 +71,7 @@ export class HttpServer {
           // Bodies are timed by enforceRequestDeadline (HTTP/1.1 and HTTP/2 alike, with the JSON
           // error shape); Node times the headers (slowloris), see startHeaderTimeouts.
           requestTimeout: 0,
-          headersTimeout: Math.min(options.requestTimeoutMs, 10_000),
+          headersTimeout: headersTimeoutMs(options.requestTimeoutMs),
           connectionsCheckingInterval: 250,
           keepAliveTimeout: 5_000,
         },
@@ -86,6 +87,12 @@ export class HttpServer {
     this.server.on("connection", (socket: Socket) => socket.setNoDelay(true));
     this.server.on("clientError", (error: Error, socket: Socket) => {
       answerClientError(error, socket, this.responses.get(socket)?.headersSent === true);
+    });
+    cutIdleConnections(this.server, {
+      silentMs: headersTimeoutMs(options.requestTimeoutMs),
+      // Longer than the request timeout: a stream stalled mid-body is cut with 408 first (which is
+      // traffic), and the session goes on serving; only a session without traffic is closed.
+      http2IdleMs: 2 * options.requestTimeoutMs,
     });
   }
 
@@ -171,6 +178,52 @@ export class HttpServer {
  * server is ever renamed.
  */
 function startHeaderTimeouts(server: ReturnType<typeof httpolyglot.createServer>): void {
-  const inner = (server as unknown as { _httpServer?: HttpServerBase })._httpServer;
-  inner?.emit("listening");
+  innerServers(server).http1?.emit("listening");
+}
+
+/** How long a client may take to send a request's headers: the request timeout, at most 10 s. */
+function headersTimeoutMs(requestTimeoutMs: number): number {
+  return Math.min(requestTimeoutMs, 10_000);
+}
+
+/** httpolyglot's inner servers, to which it hands each connection once it knows the protocol. */
+function innerServers(server: ReturnType<typeof httpolyglot.createServer>): { http1?: HttpServerBase; http2?: Http2Server } {
+  const inner = server as unknown as { _httpServer?: HttpServerBase; _http2Server?: Http2Server };
+  return { http1: inner._httpServer, http2: inner._http2Server };
+}
+
+/**
+ * Connections that hold a socket and say nothing are closed, so that they cannot pile up until the
+ * process runs out of file descriptors. Two cases escape Node's own timeouts:
+ * - a connection that sends nothing, or only part of the HTTP/2 preface: httpolyglot is still
+ *   reading its first bytes to pick the protocol, before any server (and any timeout) has it.
+ *   It is destroyed after `silentMs` unless it was handed to the HTTP/1.1 or HTTP/2 server (the
+ *   first then times the headers, the second the session);
+ * - an HTTP/2 session with no frame for `http2IdleMs` (Node sets no idle timeout on sessions):
+ *   closed with GOAWAY, which lets open streams finish and tells gRPC and Connect clients to
+ *   reconnect for their next call. Idle HTTP/1.1 keep-alive connections close after 5 s already.
+ * Before: a silent connection stayed open for good (20 s observed with a 3 s request timeout).
+ */
+function cutIdleConnections(
+  server: ReturnType<typeof httpolyglot.createServer>,
+  { silentMs, http2IdleMs }: { silentMs: number; http2IdleMs: number },
+): void {
+  const { http1, http2 } = innerServers(server);
+  const handedOver = new WeakSet<Socket>();
+  // Listeners added on the inner servers themselves: httpolyglot copies the outer server's
+  // listeners onto its inner servers, so the outer 'connection' listener below runs twice per
+  // connection (once when accepted, once when handed over, in either order).
+  for (const inner of [http1, http2]) inner?.prependListener("connection", (socket: Socket) => handedOver.add(socket));
+  const watched = new WeakSet<Socket>();
+  server.on("connection", (socket: Socket) => {
+    if (watched.has(socket)) return;
+    watched.add(socket);
+    const timer = setTimeout(() => {
+      if (!handedOver.has(socket)) socket.destroy();
+    }, silentMs);
+    timer.unref();
+    socket.once("close", () => clearTimeout(timer));
+  });
+  http2?.setTimeout(http2IdleMs);
+  http2?.on("timeout", (session: ServerHttp2Session) => session.close());
 }

@@ -1,5 +1,6 @@
 import { once } from "node:events";
 import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
+import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rawRequest } from "../support/raw-http.js";
 import { until } from "../support/served-process.js";
@@ -90,6 +91,48 @@ describe("slow clients", () => {
       message: "the request was not received in time",
     });
     expect(Date.now() - started).toBeLessThan(requestTimeoutMs + slackMs);
+  });
+
+  it("closes connections that send nothing, or only part of the HTTP/2 preface, and HTTP/2 sessions left idle, while other senders keep being answered", async () => {
+    const started = Date.now();
+    /** A raw connection that writes `first` (maybe nothing) and then stays silent; resolves with when it was closed. */
+    const silent = (first: string) =>
+      new Promise<number>((resolve, reject) => {
+        const socket = connect(server.address.port, "127.0.0.1", () => {
+          if (first !== "") socket.write(first);
+        });
+        socket.resume();
+        socket.on("error", reject);
+        socket.on("close", () => resolve(Date.now() - started));
+      });
+    const quiet = [
+      ...Array.from({ length: 20 }, () => silent("")),
+      ...Array.from({ length: 20 }, () => silent("PRI * HTTP/2.0\r\n")),
+      ...Array.from({ length: 10 }, () => silent("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")), // preface, then no SETTINGS
+    ];
+    const idleSession = http2Connect(server.url);
+    idleSession.on("error", () => {});
+    const health = idleSession.request({ ":path": "/healthz" });
+    health.resume();
+    expect(((await once(health, "response")) as [Record<string, unknown>])[0][":status"]).toBe(200);
+    const goaway = once(idleSession, "goaway").then(() => Date.now() - started);
+
+    const statuses: number[] = [];
+    while (Date.now() - started < requestTimeoutMs + 200) {
+      const body = JSON.stringify({ at: Date.now() });
+      statuses.push((await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status);
+    }
+    // Silent connections: the headers timeout (the request timeout here); idle sessions: twice it.
+    for (const closedAfter of await Promise.all(quiet)) {
+      expect(closedAfter).toBeGreaterThanOrEqual(requestTimeoutMs - 50);
+      expect(closedAfter).toBeLessThan(requestTimeoutMs + slackMs);
+    }
+    const idleClosedAfter = await goaway;
+    expect(idleClosedAfter).toBeGreaterThanOrEqual(2 * requestTimeoutMs - 50);
+    expect(idleClosedAfter).toBeLessThan(2 * requestTimeoutMs + slackMs);
+    idleSession.close();
+    expect(statuses.length).toBeGreaterThan(10);
+    expect(statuses.every((s) => s === 200)).toBe(true);
   });
 
   it("holds at most 256 streams of one HTTP/2 connection at once, so stalled ones cannot pile up", async () => {
