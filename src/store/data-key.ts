@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
 import { SecretCipher } from "./secret-cipher.js";
@@ -84,6 +84,16 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
   }
 }
 
+/** Makes a new entry in the folder durable (the file's own fsync does not cover its name). */
+function syncFolder(folder: string): void {
+  const fd = openSync(folder, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function readOrCreateKeyFile(path: string): Buffer {
   mkdirSync(dirname(path), { recursive: true });
   let fd: number | undefined;
@@ -95,10 +105,14 @@ function readOrCreateKeyFile(path: string): Buffer {
   if (fd !== undefined) {
     try {
       writeSync(fd, `${randomBytes(32).toString("base64url")}\n`);
+      chmodSync(path, 0o600);
+      // On disk before anything is sealed with it: the database's own writes reach the disk at
+      // its next checkpoint, and a key file lost to a power cut would leave them unreadable.
+      fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
-    chmodSync(path, 0o600);
+    syncFolder(dirname(path));
   }
   const key = Buffer.from(readFileSync(path, "utf8").trim(), "base64url");
   if (key.length !== 32) {
