@@ -75,6 +75,16 @@ function withRawDatabase<T>(database: string, use: (db: BetterSqlite3.Database) 
   }
 }
 
+/** Starts a server on `database` again and makes an API call with a token issued before. */
+async function expectTokenAcceptedAfterRestart(database: string, authorization: string): Promise<void> {
+  const server = await startTestServer({ database });
+  try {
+    expect((await fetch(`${server.url}/api/v1/apps`, { headers: { authorization } })).status).toBe(200);
+  } finally {
+    await server.close();
+  }
+}
+
 describe("resolveDataKey", () => {
   it("creates a 0600 key file beside a new database and reads it back", () => {
     const db = tempDatabase();
@@ -161,13 +171,7 @@ describe("the data key that seals secrets at rest", () => {
     expect(rows[0]!.sealed_private_jwk.includes(Buffer.from('"d":'))).toBe(false);
     expect(readFileSync(database).includes(Buffer.from('"kty":"OKP"'))).toBe(false);
 
-    const second = await startTestServer({ database });
-    try {
-      const res = await fetch(`${second.url}/api/v1/apps`, { headers: { authorization: token! } });
-      expect(res.status).toBe(200);
-    } finally {
-      await second.close();
-    }
+    await expectTokenAcceptedAfterRestart(database, token!);
   });
 
   it("seals a signing key stored in clear by an earlier version, keeps its tokens valid, and leaves no clear copy in the file", async () => {
@@ -186,13 +190,7 @@ describe("the data key that seals secrets at rest", () => {
     });
     expect(readFileSync(database).includes(Buffer.from(clearJwk.d))).toBe(true);
 
-    const second = await startTestServer({ database });
-    try {
-      const res = await fetch(`${second.url}/api/v1/apps`, { headers: { authorization: token! } });
-      expect(res.status).toBe(200);
-    } finally {
-      await second.close();
-    }
+    await expectTokenAcceptedAfterRestart(database, token!);
     const row = withRawDatabase(database, (db) => db.prepare("SELECT private_jwk, sealed_private_jwk FROM token_signing_keys").get()) as {
       private_jwk: string;
       sealed_private_jwk: Buffer | null;
