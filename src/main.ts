@@ -62,14 +62,14 @@ export interface StartOptions {
  * port taken) closes the store it opened and releases the lock before it throws.
  */
 export async function startAccessd(config: Config, log: Logger, options: StartOptions = {}): Promise<Accessd> {
-  if (options.store !== undefined) return serve(config, log, options.store, options, () => {});
+  if (options.store !== undefined) return startOnStore(config, log, options.store, options, () => {});
   const lock = ServingLock.acquire(config.database);
   let store: Store | undefined;
   try {
     store = Store.open(config.database, {
       backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
     });
-    return await serve(config, log, store, options, () => lock.release());
+    return await startOnStore(config, log, store, options, () => lock.release());
   } catch (e) {
     await store?.close();
     lock.release();
@@ -77,7 +77,7 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   }
 }
 
-async function serve(config: Config, log: Logger, store: Store, options: StartOptions, afterClose: () => void): Promise<Accessd> {
+async function startOnStore(config: Config, log: Logger, store: Store, options: StartOptions, afterClose: () => void): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
