@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -43,6 +43,14 @@ describe("one process serves a database", () => {
     await first.close();
     const third = await startTestServer({ database });
     await third.close();
+  });
+
+  it("names the lock file when something else stands where it should be", async () => {
+    const database = tempDatabase();
+    writeFileSync(servingLockPath(database), "not a lock\n");
+    await expect(startTestServer({ database })).rejects.toThrow(
+      `cannot take the serving lock ${servingLockPath(database)}: file is not a database`,
+    );
   });
 
   it("`accessd serve` and `accessd bootstrap` on a served database exit 1 with one line; after a SIGKILL the next start takes over", async () => {

@@ -33,22 +33,24 @@ export class ServingLock {
   static acquire(databasePath: string): ServingLock {
     if (databasePath === ":memory:") return new ServingLock(undefined);
     const path = servingLockPath(databasePath);
-    const lock = new BetterSqlite3(path);
+    let lock: BetterSqlite3.Database | undefined;
     try {
+      lock = new BetterSqlite3(path);
       lock.pragma("busy_timeout = 0");
       lock.pragma("locking_mode = EXCLUSIVE");
       lock.exec("BEGIN EXCLUSIVE; COMMIT");
+      return new ServingLock(lock);
     } catch (e) {
-      lock.close();
+      lock?.close();
       if (e instanceof BetterSqlite3.SqliteError && e.code.startsWith("SQLITE_BUSY")) {
         throw new DatabaseInUseError(
           `another accessd process is using the database ${databasePath} (it holds ${path}); ` +
             "one process serves a database: stop that one first",
         );
       }
-      throw e;
+      // Not SQLite's lock file (someone's file or folder by that name): say which file.
+      throw new Error(`cannot take the serving lock ${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
     }
-    return new ServingLock(lock);
   }
 
   release(): void {
