@@ -5,6 +5,7 @@ import { systemClock } from "../clock.js";
 import { ConfigError, loadConfig } from "../config.js";
 import { createLogger } from "../logger.js";
 import { startAccessd } from "../main.js";
+import { backupDatabase } from "../store/backup.js";
 import { ServingLock } from "../store/serving-lock.js";
 import { Store } from "../store/store.js";
 import { webhookCommand } from "./webhook-command.js";
@@ -52,6 +53,21 @@ program
     } finally {
       await store.close();
       lock.release();
+    }
+  });
+
+program
+  .command("backup")
+  .argument("<file>", "where to write the copy (must not exist); the key file goes to <file>.key")
+  .description(
+    "write a consistent copy of ACCESSD_DATABASE and its key file, safe while the server runs; prints what it wrote (JSON)",
+  )
+  .action((file: string) => {
+    const config = loadConfigOrExit();
+    const result = backupDatabase(config.database, file, { keyFromFile: config.dataKey === undefined });
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+    if (result.keyFile === undefined) {
+      process.stderr.write("accessd: the data key is ACCESSD_DATA_KEY: keep it with the backup, which cannot be opened without it\n");
     }
   });
 

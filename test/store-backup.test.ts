@@ -1,0 +1,118 @@
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+import { afterAll, describe, expect, it } from "vitest";
+import { dataKeyFilePath } from "../src/store/data-key.js";
+import { signHmacWebhook } from "../src/webhooks/index.js";
+import { serveProcess, type ServedProcess } from "./support/served-process.js";
+import { spawnCli, type CliProcess } from "./support/spawn-cli.js";
+
+/**
+ * `accessd backup <file>` (README "Operating it"): a copy of the live database taken while the
+ * server accepts webhooks holds every webhook answered 200 before the backup started, opens
+ * cleanly, and serves again (with its key file) on another machine's start.
+ */
+
+const dirs: string[] = [];
+const running: CliProcess[] = [];
+afterAll(() => {
+  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "accessd-backup-"));
+  dirs.push(dir);
+  return dir;
+}
+
+interface Hook {
+  path: string;
+  endpointUrl: string;
+  secret: string;
+}
+
+async function createHmacListener(served: ServedProcess): Promise<Hook> {
+  const created = await served.call<{
+    automation: { id: string; trigger: { webhook: { listenerId: string; endpointUrl: string } } };
+    webhookSecret: string;
+  }>("POST", "/api/v1/automations", {
+    displayName: "Backed up",
+    trigger: { webhook: { authMethod: "HMAC" } },
+    steps: [{ name: "note", log: { messageCel: "ctx.trigger.n" } }],
+  });
+  const { id } = created.automation;
+  await served.call("POST", `/api/v1/automations/${id}/publish`, {});
+  await served.call("POST", `/api/v1/automations/${id}/trigger`, { enabled: true });
+  const { listenerId, endpointUrl } = created.automation.trigger.webhook;
+  return { path: `/api/v1/webhooks/incoming/${listenerId}`, endpointUrl, secret: created.webhookSecret };
+}
+
+async function postEvent(url: string, hook: Hook, n: number): Promise<{ status: number; eventId: string }> {
+  const eventId = randomUUID();
+  const body = JSON.stringify({ n });
+  const headers = signHmacWebhook({ url: hook.endpointUrl, body: Buffer.from(body), eventId }, hook.secret);
+  const res = await fetch(url + hook.path, { method: "POST", headers: { ...headers }, body });
+  await res.text();
+  return { status: res.status, eventId };
+}
+
+describe("accessd backup", () => {
+  it("copies the live database under webhook load: every event accepted before it is in the copy, which serves again with its key file", async () => {
+    const dir = tempDir();
+    const database = join(dir, "live.db");
+    const served = await serveProcess({ ACCESSD_DATABASE: database });
+    running.push(served.cli);
+    const hook = await createHmacListener(served);
+
+    // Two senders post back to back while the backup runs.
+    const acceptedBefore: string[] = [];
+    let backupStarted = false;
+    let sending = true;
+    const senders = Array.from({ length: 2 }, async (_, s) => {
+      for (let n = 0; sending; n++) {
+        const { status, eventId } = await postEvent(served.url, hook, s * 1_000_000 + n);
+        expect(status).toBe(200);
+        if (!backupStarted) acceptedBefore.push(eventId);
+      }
+    });
+    while (acceptedBefore.length < 200) await new Promise((r) => setTimeout(r, 10));
+
+    const copy = join(dir, "copy.db");
+    backupStarted = true;
+    const backup = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
+    running.push(backup);
+    expect(await backup.exited).toEqual({ code: 0, signal: null });
+    sending = false;
+    await Promise.all(senders);
+
+    expect(JSON.parse(backup.stdout())).toEqual({ database: copy, keyFile: dataKeyFilePath(copy), bytes: statSync(copy).size });
+    expect(existsSync(`${copy}-wal`)).toBe(false);
+    expect(statSync(dataKeyFilePath(copy)).mode & 0o777).toBe(0o600);
+    const inCopy = new BetterSqlite3(copy, { readonly: true });
+    try {
+      expect(inCopy.pragma("integrity_check", { simple: true })).toBe("ok");
+      const recorded = new Set(inCopy.prepare("SELECT event_id FROM webhook_events").pluck().all() as string[]);
+      expect(acceptedBefore.filter((id) => !recorded.has(id))).toEqual([]);
+    } finally {
+      inCopy.close();
+    }
+
+    // A second backup to the same place is refused; nothing is overwritten.
+    const again = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
+    running.push(again);
+    expect((await again.exited).code).toBe(1);
+    expect(again.stderr()).toContain(`accessd: ${copy} exists; a backup does not overwrite anything`);
+
+    served.cli.child.kill("SIGTERM");
+    await served.cli.exited;
+    // The copy, started as a database of its own: its key file opens the listener's secret.
+    const restored = await serveProcess({ ACCESSD_DATABASE: copy });
+    running.push(restored.cli);
+    expect((await postEvent(restored.url, hook, -1)).status).toBe(200);
+    restored.cli.child.kill("SIGTERM");
+    expect(await restored.cli.exited).toEqual({ code: 0, signal: null });
+  });
+});
