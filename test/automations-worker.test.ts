@@ -115,11 +115,22 @@ describe("ExecutionRunner", () => {
     store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 1 }, executionId }));
     expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2); // read from the store: a claim, a step
 
-    const behind = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 2 } }));
-    expect(behind.id < executionId).toBe(true);
-    runner.committed(behind);
+    const handOver = (n: number) => {
+      const execution = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } }));
+      runner.committed(execution);
+      return execution.id;
+    };
+    const behind = handOver(2);
+    expect(behind < executionId).toBe(true);
     expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
-    expect(store.executions.get(behind.id)?.state).toBe("SUCCEEDED");
+    expect(store.executions.get(behind)?.state).toBe("SUCCEEDED");
+
+    // Once the one dated ahead has run, handovers are taken without reading the store again.
+    const reads = vi.spyOn(store.executions, "oldestUnfinished");
+    const next = handOver(3);
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
+    expect(store.executions.get(next)?.state).toBe("SUCCEEDED");
+    expect(reads).not.toHaveBeenCalled();
   });
 
   it("writes the log lines of a batch's log steps after its commit, all in one write", () => {

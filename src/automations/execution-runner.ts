@@ -77,7 +77,7 @@ export class ExecutionRunner {
    * oldest unfinished executions back was 5% of the thread's time at full webhook load.
    */
   private upcomingIsWholeQueue = false;
-  /** The newest execution id read or handed over: ids grow with time, so anything older was seen. */
+  /** The newest execution id in `upcoming` (read or handed over): ids grow with time, so anything older was seen. */
   private newestSeenId = "";
   private queueEmptied = false;
 
@@ -179,8 +179,9 @@ export class ExecutionRunner {
       if (!this.upcomingIsWholeQueue) {
         this.upcoming = store.executions.oldestUnfinished(claimReadAhead);
         this.upcomingIsWholeQueue = this.upcoming.length < claimReadAhead;
-        const newest = this.upcoming.at(-1)?.id ?? "";
-        if (newest > this.newestSeenId) this.newestSeenId = newest;
+        // What `upcoming` now holds, not the newest ever seen: an execution dated ahead (made
+        // before a restart under a clock set back since) stops holding later handovers off once run.
+        this.newestSeenId = this.upcoming.at(-1)?.id ?? "";
       }
     }
     const execution = this.upcoming[this.nextUpcoming];
