@@ -97,12 +97,12 @@ describe("slow clients", () => {
     const started = Date.now();
     /** A raw connection that writes `first` (maybe nothing) and then stays silent; resolves with when it was closed. */
     const silent = (first: string) =>
-      new Promise<number>((resolve, reject) => {
+      new Promise<number>((resolve) => {
         const socket = connect(server.address.port, "127.0.0.1", () => {
           if (first !== "") socket.write(first);
         });
         socket.resume();
-        socket.on("error", reject);
+        socket.on("error", () => {}); // a reset is a close too; when it came is what counts
         socket.on("close", () => resolve(Date.now() - started));
       });
     const quiet = [
