@@ -1,6 +1,6 @@
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { configDefaults } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
@@ -35,6 +35,7 @@ describe("one process serves a database", () => {
     const first = await startTestServer({ database });
     const second = startAccessd({ ...configDefaults, port: 0, database }, createLogger("silent"));
     await expect(second).rejects.toThrow(DatabaseInUseError);
+    expect(readdirSync(dirname(database)).sort()).toEqual(["accessd.db", "accessd.db-shm", "accessd.db-wal", "accessd.db.key", "accessd.db.lock"]);
     await expect(second).rejects.toThrow(
       `another accessd process is using the database ${database} (it holds ${servingLockPath(database)})`,
     );

@@ -37,6 +37,7 @@ export class ServingLock {
     try {
       lock = new BetterSqlite3(path);
       lock.pragma("busy_timeout = 0");
+      lock.pragma("journal_mode = MEMORY"); // no `.lock-journal` file beside it while held
       lock.pragma("locking_mode = EXCLUSIVE");
       lock.exec("BEGIN EXCLUSIVE; COMMIT");
       return new ServingLock(lock);
