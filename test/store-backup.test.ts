@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
@@ -114,5 +114,44 @@ describe("accessd backup", () => {
     expect((await postEvent(restored.url, hook, -1)).status).toBe(200);
     restored.cli.child.kill("SIGTERM");
     expect(await restored.cli.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("leaves nothing by the copy's name when it is killed half-way, and the next backup to that name succeeds", async () => {
+    const dir = tempDir();
+    const database = join(dir, "big.db");
+    const filler = new BetterSqlite3(database);
+    filler.pragma("journal_mode = WAL");
+    filler.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, pad BLOB)");
+    const insert = filler.prepare("INSERT INTO filler (pad) VALUES (randomblob(1000))");
+    filler.transaction(() => {
+      for (let i = 0; i < 100_000; i++) insert.run(); // 100 MB: the copy takes about half a second
+    })();
+    filler.close();
+    writeFileSync(dataKeyFilePath(database), "key file\n", { mode: 0o600 });
+
+    const copy = join(dir, "copy.db");
+    const killed = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
+    running.push(killed);
+    const partial = `${copy}.partial-${killed.child.pid}`;
+    const deadline = Date.now() + 20_000;
+    const started = () => existsSync(partial) || existsSync(copy);
+    while (!started() && killed.child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 2));
+    killed.child.kill("SIGKILL");
+    expect(await killed.exited).toEqual({ code: null, signal: "SIGKILL" });
+    expect(existsSync(copy)).toBe(false);
+    expect(existsSync(dataKeyFilePath(copy))).toBe(false);
+
+    const again = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
+    running.push(again);
+    expect(await again.exited).toEqual({ code: 0, signal: null });
+    // What the killed run left is named as partial; the second run cleaned up after itself.
+    const leftovers = readdirSync(dir).filter((name) => name.startsWith("copy.db") && !name.startsWith(basename(partial)));
+    expect(leftovers.sort()).toEqual([basename(copy), basename(dataKeyFilePath(copy))]);
+    const copied = new BetterSqlite3(copy, { readonly: true });
+    try {
+      expect(copied.prepare("SELECT count(*) FROM filler").pluck().get()).toBe(100_000);
+    } finally {
+      copied.close();
+    }
   });
 });

@@ -1,4 +1,4 @@
-import { closeSync, constants, copyFileSync, existsSync, fsyncSync, openSync, statSync, chmodSync } from "node:fs";
+import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, linkSync, openSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { dataKeyFilePath } from "./data-key.js";
@@ -18,7 +18,9 @@ export interface BackupResult {
  * instead may miss what is still in the -wal file, or catch a page mid-checkpoint. SQLite's online
  * backup API would restart from the first page on every write of the server, so under steady load
  * it might never finish. The copy and, unless the key is given as ACCESSD_DATA_KEY, the key file
- * (`<copy>.key`, mode 0600) are fsynced; nothing existing is overwritten.
+ * (`<copy>.key`, mode 0600) are written under a temporary name, fsynced, and only then linked to
+ * their names (a link never replaces an existing file): a backup that fails or is killed half-way
+ * leaves no file by the name an operator would restore from.
  */
 export function backupDatabase(databasePath: string, destination: string, options: { keyFromFile: boolean }): BackupResult {
   if (databasePath === ":memory:") throw new Error("ACCESSD_DATABASE is :memory:; there is no file to back up");
@@ -31,20 +33,30 @@ export function backupDatabase(databasePath: string, destination: string, option
   if (keyFile !== undefined && !existsSync(keyFile)) {
     throw new Error(`the key file ${keyFile} is missing; a backup without it cannot open the database's secrets`);
   }
-  const source = new BetterSqlite3(databasePath, { readonly: true, fileMustExist: true });
+  const partial = `${destination}.partial-${process.pid}`;
+  const partialKey = `${partial}.key`;
   try {
-    source.pragma("busy_timeout = 5000");
-    source.prepare("VACUUM INTO ?").run(destination);
+    const source = new BetterSqlite3(databasePath, { readonly: true, fileMustExist: true });
+    try {
+      source.pragma("busy_timeout = 5000");
+      source.prepare("VACUUM INTO ?").run(partial);
+    } finally {
+      source.close();
+    }
+    syncFile(partial);
+    if (keyFile !== undefined) {
+      copyFileSync(keyFile, partialKey);
+      chmodSync(partialKey, 0o600);
+      syncFile(partialKey);
+    }
+    // The key first: a database copy by its name always has its key beside it.
+    if (keyCopy !== undefined) linkSync(partialKey, keyCopy);
+    linkSync(partial, destination);
+    syncFile(dirname(destination));
   } finally {
-    source.close();
+    rmSync(partial, { force: true });
+    rmSync(partialKey, { force: true });
   }
-  syncFile(destination);
-  if (keyFile !== undefined && keyCopy !== undefined) {
-    copyFileSync(keyFile, keyCopy, constants.COPYFILE_EXCL);
-    chmodSync(keyCopy, 0o600);
-    syncFile(keyCopy);
-  }
-  syncFile(dirname(destination));
   return { database: destination, keyFile: keyCopy, bytes: statSync(destination).size };
 }
 
