@@ -1,5 +1,6 @@
 import { isIP } from "node:net";
 import { parseCidr } from "./webhooks/cidr.js";
+import { timestampToleranceSeconds } from "./webhooks/timestamp-window.js";
 
 /** Every ACCESSD_* variable, parsed and validated once at start. */
 export interface Config {
@@ -77,7 +78,7 @@ export function loadConfig(env: Env = process.env): Config {
     tokenTtlMs: parseTokenTtl(env, "ACCESSD_TOKEN_TTL") ?? configDefaults.tokenTtlMs,
     trustedProxies: parseCidrList(env, "ACCESSD_TRUSTED_PROXIES") ?? configDefaults.trustedProxies,
     jwksAllowHttp: parseBoolean(env, "ACCESSD_JWKS_ALLOW_HTTP") ?? configDefaults.jwksAllowHttp,
-    eventRetentionMs: parseDuration(env, "ACCESSD_EVENT_RETENTION") ?? configDefaults.eventRetentionMs,
+    eventRetentionMs: parseEventRetention(env, "ACCESSD_EVENT_RETENTION") ?? configDefaults.eventRetentionMs,
     dataKey: parseDataKey(env, "ACCESSD_DATA_KEY") ?? configDefaults.dataKey,
   };
 }
@@ -205,6 +206,26 @@ function parseBootstrapClient(env: Env): Config["bootstrapClient"] {
 }
 
 /** A duration from 1 minute to 24 hours. */
+/**
+ * The shortest event-record retention that still refuses every replay: a request stays acceptable
+ * up to 10 minutes after its first arrival (an HMAC request's signed timestamp may be 5 minutes
+ * ahead of the server and is accepted until 5 minutes behind it; a JWT's `exp` may be 10 minutes
+ * ahead, and its Webhook-Timestamp is not signed). A shorter retention would forget the event while
+ * a replay of it still passes, and run it again.
+ */
+export const minEventRetentionMs = 2 * timestampToleranceSeconds * 1000; // 10 minutes
+
+function parseEventRetention(env: Env, name: string): number | undefined {
+  const ms = parseDuration(env, name);
+  if (ms !== undefined && ms < minEventRetentionMs) {
+    throw new ConfigError(
+      name,
+      "must be at least 10m: a webhook can be replayed for up to 10 minutes after it arrives, and its record is what refuses the replay",
+    );
+  }
+  return ms;
+}
+
 function parseTokenTtl(env: Env, name: string): number | undefined {
   const ms = parseDuration(env, name);
   if (ms !== undefined && (ms < 60_000 || ms > 86_400_000)) throw new ConfigError(name, "must be between 1m and 24h");

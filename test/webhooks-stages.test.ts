@@ -211,11 +211,15 @@ describe("configuration", () => {
     expect(config.trustedProxies).toEqual(["10.0.0.0/8", "192.168.1.1"]);
     expect(config.jwksAllowHttp).toBe(true);
     expect(config.eventRetentionMs).toBe(2 * 86_400_000);
+    expect(loadConfig({ ACCESSD_EVENT_RETENTION: "10m" }).eventRetentionMs).toBe(600_000);
     expect(config.dataKey).toHaveLength(32);
     for (const [name, value] of [
       ["ACCESSD_TRUSTED_PROXIES", "10.0.0.0/40"],
       ["ACCESSD_JWKS_ALLOW_HTTP", "yes please"],
       ["ACCESSD_EVENT_RETENTION", "7 days"],
+      // Shorter than the 10 minutes a signed request can be replayed for: a replay would run again.
+      ["ACCESSD_EVENT_RETENTION", "9m"],
+      ["ACCESSD_EVENT_RETENTION", "599s"],
       ["ACCESSD_DATA_KEY", "short"],
     ] as const) {
       expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
