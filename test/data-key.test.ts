@@ -1,12 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ConfigError } from "../src/config.js";
 import { dataKeyFilePath, resolveDataKey } from "../src/store/data-key.js";
 import { SecretCipher } from "../src/store/secret-cipher.js";
+import { scratch } from "./support/scratch.js";
 import { spawnCli } from "./support/spawn-cli.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomation } from "./support/webhook-fixtures.js";
@@ -20,16 +20,8 @@ import { createWebhookAutomation, hmacHeaders, postWebhook, type WebhookAutomati
  * database alone could mint access tokens.
  */
 
-const dirs: string[] = [];
-afterAll(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDatabase(): string {
-  const dir = mkdtempSync(join(tmpdir(), "accessd-data-key-"));
-  dirs.push(dir);
-  return join(dir, "accessd.db");
-}
+const { tempDir } = scratch("accessd-data-key-");
+const tempDatabase = () => join(tempDir(), "accessd.db");
 
 const body = '{"user":"u-1"}';
 

@@ -1,33 +1,22 @@
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { request as httpRequest, Agent } from "node:http";
 import { connect as http2Connect } from "node:http2";
 import { connect, createServer } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
+import { scratch } from "./support/scratch.js";
 import { until } from "./support/served-process.js";
 import { builtCli, repoRoot, listeningPort, spawnBuiltCli, spawnCli, type CliProcess } from "./support/spawn-cli.js";
 
-const dirs: string[] = [];
-const running: CliProcess[] = [];
-afterAll(() => {
-  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "accessd-start-"));
-  dirs.push(dir);
-  return dir;
-}
+const { tempDir, track } = scratch("accessd-start-");
 
 const bootstrap = { ACCESSD_BOOTSTRAP_CLIENT_ID: "start-test", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "start-test-secret-0123456789" };
 
 async function serve(cwd: string): Promise<{ cli: CliProcess; url: string }> {
   const cli = spawnCli(["serve"], { ACCESSD_PORT: "0", ...bootstrap }, cwd);
-  running.push(cli);
+  track(cli);
   const port = await listeningPort(cli);
   return { cli, url: `http://127.0.0.1:${port}` };
 }
@@ -232,7 +221,7 @@ describe("npm start with the shipped defaults (no ACCESSD_* variable)", () => {
     await expectPortFree("127.0.0.1", 8080);
     const cwd = tempDir();
     const cli = spawnBuiltCli(["serve"], {}, cwd); // spawnBuiltCli passes on no ACCESSD_* variable of this process
-    running.push(cli);
+    track(cli);
     expect(await listeningPort(cli)).toBe(8080);
     const listening = cli.stdout().split("\n").find((line) => line.includes("accessd listening")) ?? "";
     expect(JSON.parse(listening)).toMatchObject({ address: "127.0.0.1", port: 8080, database: "./data/accessd.db" });

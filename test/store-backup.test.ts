@@ -1,13 +1,13 @@
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { signHmacWebhook } from "../src/webhooks/index.js";
 import { serveProcess, type ServedProcess } from "./support/served-process.js";
-import { spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { scratch } from "./support/scratch.js";
+import { spawnCli } from "./support/spawn-cli.js";
 
 /**
  * `accessd backup <file>` (README "Operating it"): a copy of the live database taken while the
@@ -15,18 +15,7 @@ import { spawnCli, type CliProcess } from "./support/spawn-cli.js";
  * cleanly, and serves again (with its key file) on another machine's start.
  */
 
-const dirs: string[] = [];
-const running: CliProcess[] = [];
-afterAll(() => {
-  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "accessd-backup-"));
-  dirs.push(dir);
-  return dir;
-}
+const { tempDir, track } = scratch("accessd-backup-");
 
 interface Hook {
   path: string;
@@ -64,7 +53,7 @@ describe("accessd backup", () => {
     const dir = tempDir();
     const database = join(dir, "live.db");
     const served = await serveProcess({ ACCESSD_DATABASE: database });
-    running.push(served.cli);
+    track(served.cli);
     const hook = await createHmacListener(served);
 
     // Two senders post back to back while the backup runs.
@@ -83,7 +72,7 @@ describe("accessd backup", () => {
     const copy = join(dir, "copy.db");
     backupStarted = true;
     const backup = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
-    running.push(backup);
+    track(backup);
     expect(await backup.exited).toEqual({ code: 0, signal: null });
     sending = false;
     await Promise.all(senders);
@@ -102,7 +91,7 @@ describe("accessd backup", () => {
 
     // A second backup to the same place is refused; nothing is overwritten.
     const again = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
-    running.push(again);
+    track(again);
     expect((await again.exited).code).toBe(1);
     expect(again.stderr()).toContain(`accessd: ${copy} exists; a backup does not overwrite anything`);
 
@@ -110,7 +99,7 @@ describe("accessd backup", () => {
     await served.cli.exited;
     // The copy, started as a database of its own: its key file opens the listener's secret.
     const restored = await serveProcess({ ACCESSD_DATABASE: copy });
-    running.push(restored.cli);
+    track(restored.cli);
     expect((await postEvent(restored.url, hook, -1)).status).toBe(200);
     restored.cli.child.kill("SIGTERM");
     expect(await restored.cli.exited).toEqual({ code: 0, signal: null });
@@ -131,7 +120,7 @@ describe("accessd backup", () => {
 
     const copy = join(dir, "copy.db");
     const killed = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
-    running.push(killed);
+    track(killed);
     const partial = `${copy}.partial-${killed.child.pid}`;
     const deadline = Date.now() + 20_000;
     const started = () => existsSync(partial) || existsSync(copy);
@@ -142,7 +131,7 @@ describe("accessd backup", () => {
     expect(existsSync(dataKeyFilePath(copy))).toBe(false);
 
     const again = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
-    running.push(again);
+    track(again);
     expect(await again.exited).toEqual({ code: 0, signal: null });
     // What the killed run left is named as partial; the second run cleaned up after itself.
     const leftovers = readdirSync(dir).filter((name) => name.startsWith("copy.db") && !name.startsWith(basename(partial)));

@@ -1,13 +1,13 @@
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { configDefaults } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
 import { startAccessd } from "../src/main.js";
 import { DatabaseInUseError, servingLockPath } from "../src/store/serving-lock.js";
 import { serveProcess } from "./support/served-process.js";
-import { spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { scratch } from "./support/scratch.js";
+import { spawnCli } from "./support/spawn-cli.js";
 import { startTestServer } from "./support/test-server.js";
 
 /**
@@ -16,18 +16,8 @@ import { startTestServer } from "./support/test-server.js";
  * served database must stop at once with a line that says so, not run beside it.
  */
 
-const dirs: string[] = [];
-const running: CliProcess[] = [];
-afterAll(() => {
-  for (const cli of running) if (cli.child.exitCode === null) cli.child.kill("SIGKILL");
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-function tempDatabase(): string {
-  const dir = mkdtempSync(join(tmpdir(), "accessd-lock-"));
-  dirs.push(dir);
-  return join(dir, "accessd.db");
-}
+const { tempDir, track } = scratch("accessd-lock-");
+const tempDatabase = () => join(tempDir(), "accessd.db");
 
 describe("one process serves a database", () => {
   it("refuses a second server on a database in use, in this process too, and serves again once the first has stopped", async () => {
@@ -57,12 +47,12 @@ describe("one process serves a database", () => {
   it("`accessd serve` and `accessd bootstrap` on a served database exit 1 with one line; after a SIGKILL the next start takes over", async () => {
     const database = tempDatabase();
     const first = await serveProcess({ ACCESSD_DATABASE: database });
-    running.push(first.cli);
+    track(first.cli);
     const refusal = `accessd: another accessd process is using the database ${database} (it holds ${servingLockPath(database)}); one process serves a database: stop that one first`;
 
     for (const args of [["serve"], ["bootstrap"]]) {
       const cli = spawnCli(args, { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" });
-      running.push(cli);
+      track(cli);
       expect(await cli.exited).toEqual({ code: 1, signal: null });
       expect(cli.stderr().trim().split("\n")).toEqual([refusal]);
       expect(cli.stdout()).not.toContain("client_secret");
@@ -72,7 +62,7 @@ describe("one process serves a database", () => {
     first.cli.child.kill("SIGKILL");
     await first.cli.exited;
     const next = await serveProcess({ ACCESSD_DATABASE: database });
-    running.push(next.cli);
+    track(next.cli);
     next.cli.child.kill("SIGTERM");
     expect(await next.cli.exited).toEqual({ code: 0, signal: null });
   });

@@ -1,7 +1,8 @@
-import { chmodSync, closeSync, copyFileSync, existsSync, fsyncSync, linkSync, openSync, rmSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, linkSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { dataKeyFilePath } from "./data-key.js";
+import { fsyncPath } from "./fsync-path.js";
 
 export interface BackupResult {
   /** The copy of the database: one file, no -wal beside it. */
@@ -43,28 +44,19 @@ export function backupDatabase(databasePath: string, destination: string, option
     } finally {
       source.close();
     }
-    syncFile(partial);
+    fsyncPath(partial);
     if (keyFile !== undefined) {
       copyFileSync(keyFile, partialKey);
       chmodSync(partialKey, 0o600);
-      syncFile(partialKey);
+      fsyncPath(partialKey);
     }
     // The key first: a database copy by its name always has its key beside it.
     if (keyCopy !== undefined) linkSync(partialKey, keyCopy);
     linkSync(partial, destination);
-    syncFile(dirname(destination));
+    fsyncPath(dirname(destination));
   } finally {
     rmSync(partial, { force: true });
     rmSync(partialKey, { force: true });
   }
   return { database: destination, keyFile: keyCopy, bytes: statSync(destination).size };
-}
-
-function syncFile(path: string): void {
-  const fd = openSync(path, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
 }

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
+import { fsyncPath } from "./fsync-path.js";
 import { SecretCipher } from "./secret-cipher.js";
 import type { Store } from "./store.js";
 
@@ -84,16 +85,6 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
   }
 }
 
-/** Makes a new entry in the folder durable (the file's own fsync does not cover its name). */
-function syncFolder(folder: string): void {
-  const fd = openSync(folder, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 function readOrCreateKeyFile(path: string): Buffer {
   mkdirSync(dirname(path), { recursive: true });
   let fd: number | undefined;
@@ -112,7 +103,7 @@ function readOrCreateKeyFile(path: string): Buffer {
     } finally {
       closeSync(fd);
     }
-    syncFolder(dirname(path));
+    fsyncPath(dirname(path)); // the new file's name, too
   }
   const key = Buffer.from(readFileSync(path, "utf8").trim(), "base64url");
   if (key.length !== 32) {
