@@ -5,7 +5,7 @@ import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { signHmacWebhook } from "../src/webhooks/index.js";
-import { serveProcess, type ServedProcess } from "./support/served-process.js";
+import { createHmacListener, serveProcess, type HmacListener } from "./support/served-process.js";
 import { scratch } from "./support/scratch.js";
 import { spawnCli } from "./support/spawn-cli.js";
 
@@ -17,29 +17,7 @@ import { spawnCli } from "./support/spawn-cli.js";
 
 const { tempDir, track } = scratch("accessd-backup-");
 
-interface Hook {
-  path: string;
-  endpointUrl: string;
-  secret: string;
-}
-
-async function createHmacListener(served: ServedProcess): Promise<Hook> {
-  const created = await served.call<{
-    automation: { id: string; trigger: { webhook: { listenerId: string; endpointUrl: string } } };
-    webhookSecret: string;
-  }>("POST", "/api/v1/automations", {
-    displayName: "Backed up",
-    trigger: { webhook: { authMethod: "HMAC" } },
-    steps: [{ name: "note", log: { messageCel: "ctx.trigger.n" } }],
-  });
-  const { id } = created.automation;
-  await served.call("POST", `/api/v1/automations/${id}/publish`, {});
-  await served.call("POST", `/api/v1/automations/${id}/trigger`, { enabled: true });
-  const { listenerId, endpointUrl } = created.automation.trigger.webhook;
-  return { path: `/api/v1/webhooks/incoming/${listenerId}`, endpointUrl, secret: created.webhookSecret };
-}
-
-async function postEvent(url: string, hook: Hook, n: number): Promise<{ status: number; eventId: string }> {
+async function postEvent(url: string, hook: HmacListener, n: number): Promise<{ status: number; eventId: string }> {
   const eventId = randomUUID();
   const body = JSON.stringify({ n });
   const headers = signHmacWebhook({ url: hook.endpointUrl, body: Buffer.from(body), eventId }, hook.secret);
@@ -54,7 +32,7 @@ describe("accessd backup", () => {
     const database = join(dir, "live.db");
     const served = await serveProcess({ ACCESSD_DATABASE: database });
     track(served.cli);
-    const hook = await createHmacListener(served);
+    const hook = await createHmacListener(served, "Backed up", [{ name: "note", log: { messageCel: "ctx.trigger.n" } }]);
 
     // Two senders post back to back while the backup runs.
     const acceptedBefore: string[] = [];

@@ -10,11 +10,12 @@ export class DatabaseInUseError extends Error {
   }
 }
 
-/** The lock file beside the database (its folder resolved, so every path to the folder finds the same file). */
+/**
+ * The lock file beside the database (its folder resolved, so every path to the folder finds the
+ * same file). The folder must exist.
+ */
 export function servingLockPath(databasePath: string): string {
-  const folder = dirname(databasePath);
-  mkdirSync(folder, { recursive: true });
-  return join(realpathSync(folder), `${basename(databasePath)}.lock`);
+  return join(realpathSync(dirname(databasePath)), `${basename(databasePath)}.lock`);
 }
 
 /**
@@ -32,6 +33,7 @@ export class ServingLock {
   /** Takes the lock for `databasePath` (nothing to take for ":memory:"); throws DatabaseInUseError when it is held. */
   static acquire(databasePath: string): ServingLock {
     if (databasePath === ":memory:") return new ServingLock(undefined);
+    mkdirSync(dirname(databasePath), { recursive: true }); // a first start makes the database's folder
     const path = servingLockPath(databasePath);
     let lock: BetterSqlite3.Database | undefined;
     try {

@@ -7,7 +7,7 @@ import { Store } from "../../src/store/store.js";
 import type { Execution } from "../../src/store/executions-repository.js";
 import { signHmacWebhook } from "../../src/webhooks/index.js";
 import type { CliProcess } from "../support/spawn-cli.js";
-import { automationLogLines, serveProcess, until, type ServedProcess } from "../support/served-process.js";
+import { automationLogLines, createHmacListener, serveProcess, until, type ServedProcess } from "../support/served-process.js";
 
 const running: CliProcess[] = [];
 const dir = mkdtempSync(join(tmpdir(), "accessd-reliability-crash-"));
@@ -171,22 +171,11 @@ async function sendThroughRestart(stop: Stop): Promise<MidStreamRun> {
   };
 
   const first = await serve();
-  const created = await first.call<{
-    automation: { id: string; trigger: { webhook: { listenerId: string; endpointUrl: string } } };
-    webhookSecret: string;
-  }>("POST", "/api/v1/automations", {
-    displayName: "Crash under load",
-    trigger: { webhook: { authMethod: "HMAC" } },
-    steps: [
-      { name: "received", log: { messageCel: '"event " + ctx.trigger.event' } },
-      { name: "done", log: { messageCel: "ctx.trigger.n" } },
-    ],
-  });
-  const automationId = created.automation.id;
-  await first.call("POST", `/api/v1/automations/${automationId}/publish`, {});
-  await first.call("POST", `/api/v1/automations/${automationId}/trigger`, { enabled: true });
-  const { listenerId, endpointUrl } = created.automation.trigger.webhook;
-  const hook = { path: `/api/v1/webhooks/incoming/${listenerId}`, endpointUrl, secret: created.webhookSecret };
+  const hook = await createHmacListener(first, "Crash under load", [
+    { name: "received", log: { messageCel: '"event " + ctx.trigger.event' } },
+    { name: "done", log: { messageCel: "ctx.trigger.n" } },
+  ]);
+  const { automationId } = hook;
 
   const events: WebhookEvent[] = Array.from({ length: eventCount }, (_, n) => {
     const id = randomUUID();

@@ -52,6 +52,29 @@ export async function serveProcess(env: Record<string, string>): Promise<ServedP
   };
 }
 
+/** A published, enabled HMAC webhook automation on a child-process server, as a sender sees it. */
+export interface HmacListener {
+  automationId: string;
+  /** The path to POST events to (on whatever address the server has now). */
+  path: string;
+  /** The endpoint URL the automation reports (what HMAC senders sign for). */
+  endpointUrl: string;
+  secret: string;
+}
+
+/** Creates an automation with an HMAC webhook trigger and `steps`, publishes it and enables the trigger. */
+export async function createHmacListener(served: ServedProcess, displayName: string, steps: unknown[]): Promise<HmacListener> {
+  const created = await served.call<{
+    automation: { id: string; trigger: { webhook: { listenerId: string; endpointUrl: string } } };
+    webhookSecret: string;
+  }>("POST", "/api/v1/automations", { displayName, trigger: { webhook: { authMethod: "HMAC" } }, steps });
+  const automationId = created.automation.id;
+  await served.call("POST", `/api/v1/automations/${automationId}/publish`, {});
+  await served.call("POST", `/api/v1/automations/${automationId}/trigger`, { enabled: true });
+  const { listenerId, endpointUrl } = created.automation.trigger.webhook;
+  return { automationId, path: `/api/v1/webhooks/incoming/${listenerId}`, endpointUrl, secret: created.webhookSecret };
+}
+
 /** Polls `condition` every 10 ms until it holds; throws naming `what` after `timeoutMs`. */
 export async function until(what: string, condition: () => Promise<boolean> | boolean, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
