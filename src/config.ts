@@ -1,4 +1,5 @@
 import { isIP } from "node:net";
+import { defaultLogBufferBytes } from "./log-output.js";
 import { parseCidr } from "./webhooks/cidr.js";
 import { timestampToleranceSeconds } from "./webhooks/timestamp-window.js";
 
@@ -11,6 +12,8 @@ export interface Config {
   /** The tenant base URL: JWT `sub` of webhook tokens, prefix of endpoint URLs, token issuer. */
   baseUrl: string;
   logLevel: LogLevel;
+  /** Most log text held in memory while stdout is not read (bytes; ACCESSD_LOG_BUFFER_MIB); past it lines are dropped and counted. */
+  logBufferBytes: number;
   /** Largest request body accepted by API operations (not webhooks, which have their own 64 KB cap). */
   apiMaxBodyBytes: number;
   /** Connections idle or still sending a request after this long are cut. */
@@ -50,6 +53,7 @@ export const configDefaults: Config = {
   database: "./data/accessd.db",
   baseUrl: "http://localhost:8080",
   logLevel: "info",
+  logBufferBytes: defaultLogBufferBytes,
   apiMaxBodyBytes: 1024 * 1024,
   requestTimeoutMs: 30_000,
   testStepDelayMs: 0,
@@ -70,6 +74,7 @@ export function loadConfig(env: Env = process.env): Config {
     database: parseNonEmpty(env, "ACCESSD_DATABASE") ?? configDefaults.database,
     baseUrl: parseBaseUrl(env, "ACCESSD_BASE_URL") ?? configDefaults.baseUrl,
     logLevel: parseLogLevel(env, "ACCESSD_LOG_LEVEL") ?? configDefaults.logLevel,
+    logBufferBytes: mebibytes(parseInteger(env, "ACCESSD_LOG_BUFFER_MIB", 1, 4096)) ?? configDefaults.logBufferBytes,
     apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
     requestTimeoutMs:
       parseDuration(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
@@ -101,6 +106,10 @@ function parseHost(env: Env, name: string): string | undefined {
     throw new ConfigError(name, `"${value}" is not an IP address or host name`);
   }
   return value;
+}
+
+function mebibytes(n: number | undefined): number | undefined {
+  return n === undefined ? undefined : n * 1024 * 1024;
 }
 
 export function parseInteger(env: Env, name: string, min: number, max: number): number | undefined {

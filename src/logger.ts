@@ -1,9 +1,10 @@
 import { pino, type Logger } from "pino";
 import type { LogLevel } from "./config.js";
+import { defaultLogBufferBytes, LogOutput } from "./log-output.js";
 
 export type { Logger };
 
-/** What pino writes its lines to: a sonic-boom on stdout, or a stream given by a test. */
+/** What pino writes its lines to: stdout (LogOutput), or a stream given by a test. */
 interface LineDestination {
   write(line: string): unknown;
   flush?(callback?: (error?: Error) => void): void;
@@ -12,15 +13,14 @@ interface LineDestination {
 
 /**
  * The logger's destination: passes each line on, except inside `logInOneWrite`, where the lines
- * are held and then passed on as one string. pino's own stdout destination (sonic-boom, not
- * synchronous) pays for every write by measuring its whole pending buffer again: 3.9 us a line
- * when many lines come together, against 1.4 us when they are written as one (issue 7,
- * bench/README.md).
+ * are held and then passed on as one string: one write of many lines costs little more than one
+ * of a single line (with pino's sonic-boom, measured: 3.9 us a line when many lines come
+ * together, against 1.4 us when they are written as one; issue 7, bench/README.md).
  */
 class LineHolder implements LineDestination {
   private held: string[] | undefined;
 
-  constructor(private readonly destination: LineDestination) {}
+  constructor(readonly destination: LineDestination) {}
 
   write(line: string): void {
     if (this.held === undefined) this.destination.write(line);
@@ -59,8 +59,8 @@ class LineHolder implements LineDestination {
  * cannot leak a token or a webhook signature. Only exact paths: a wildcard path (`*.secret`) makes
  * pino walk every logged object, 8.5 us per line against 2.5 us (bench/RESULTS.md, issue 7).
  */
-export function createLogger(level: LogLevel, destination?: NodeJS.WritableStream): Logger {
-  const options = {
+export function createLogger(level: LogLevel, destination?: NodeJS.WritableStream, options: { bufferBytes?: number } = {}): Logger {
+  const pinoOptions = {
     level,
     base: { service: "accessd" },
     redact: {
@@ -77,8 +77,48 @@ export function createLogger(level: LogLevel, destination?: NodeJS.WritableStrea
       censor: "[redacted]",
     },
   };
-  // pino.destination() is what pino() uses by default: stdout, flushed when the process exits.
-  return pino(options, new LineHolder(destination ?? pino.destination()));
+  return pino(pinoOptions, new LineHolder(destination ?? stdoutOutput(options.bufferBytes ?? defaultLogBufferBytes)));
+}
+
+let stdout: LogOutput | undefined;
+
+/** The process's one writer of stdout (every logger without a destination shares it). */
+function stdoutOutput(bufferBytes: number): LogOutput {
+  if (stdout === undefined) {
+    const output = new LogOutput(process.stdout.fd, bufferBytes, droppedLinesNotice);
+    process.once("exit", () => output.flushAtExit());
+    stdout = output;
+  }
+  stdout.setLimit(bufferBytes);
+  return stdout;
+}
+
+/** The line written once the output takes lines again after some were dropped (pino's shape, level warn). */
+function droppedLinesNotice(droppedLines: number): string {
+  return `${JSON.stringify({
+    level: 40,
+    time: Date.now(),
+    service: "accessd",
+    droppedLines,
+    msg: "log lines dropped: the log output was not read fast enough and the lines held for it reached ACCESSD_LOG_BUFFER_MIB",
+  })}\n`;
+}
+
+function outputOf(logger: Logger): LineDestination | undefined {
+  const holder = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym];
+  return holder instanceof LineHolder ? holder.destination : undefined;
+}
+
+/** Resolves once the lines logged so far are written to stdout, or after `withinMs` (a stuck reader). */
+export function flushLogs(logger: Logger, withinMs: number): Promise<void> {
+  const output = outputOf(logger);
+  return output instanceof LogOutput ? output.drained(withinMs) : Promise.resolve();
+}
+
+/** Log lines dropped because stdout was not read fast enough (0 for a logger with another destination). */
+export function droppedLogLines(logger: Logger): number {
+  const output = outputOf(logger);
+  return output instanceof LogOutput ? output.droppedLines : 0;
 }
 
 /**

@@ -12,7 +12,7 @@ import {
 } from "./auth/index.js";
 import { systemClock, type Clock } from "./clock.js";
 import type { Config } from "./config.js";
-import type { Logger } from "./logger.js";
+import { droppedLogLines, type Logger } from "./logger.js";
 import { PageTokenCodec } from "./pagination/index.js";
 import { Metrics } from "./observability/metrics.js";
 import { metricsInterceptor } from "./observability/metrics-interceptor.js";
@@ -83,6 +83,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const metrics = options.metrics ?? new Metrics();
   metrics.observeExecutionsByState(() => store.executions.countByState());
   metrics.observeQueueDepth(() => store.executions.countUnfinished());
+  metrics.observeDroppedLogLines(() => droppedLogLines(log));
   const programs = new ProgramCache();
   const worker = new ExecutionWorker({ store, clock, log, programs, stepDelayMs: config.testStepDelayMs });
   // Secrets at rest (webhook secrets, token signing keys) are sealed under the data key; a key that

@@ -3,7 +3,8 @@ import { Command } from "commander";
 import { createSuperAdminClient } from "../auth/index.js";
 import { systemClock } from "../clock.js";
 import { ConfigError, loadConfig } from "../config.js";
-import { createLogger } from "../logger.js";
+import { shutdownLogFlushMs } from "../log-output.js";
+import { createLogger, flushLogs } from "../logger.js";
 import { startAccessd } from "../main.js";
 import { backupDatabase } from "../store/backup.js";
 import { ServingLock } from "../store/serving-lock.js";
@@ -19,15 +20,17 @@ program
   .description("serve gRPC, Connect and REST on one port (configured by ACCESSD_* variables)")
   .action(async () => {
     const config = loadConfigOrExit();
-    const log = createLogger(config.logLevel);
+    const log = createLogger(config.logLevel, undefined, { bufferBytes: config.logBufferBytes });
     const accessd = await startAccessd(config, log).catch(exitOnConfigError);
+    // The log lines written so far reach stdout before the exit, unless its reader is stuck.
+    const exit = (code: number) => void flushLogs(log, shutdownLogFlushMs).then(() => process.exit(code));
     const stop = (signal: string) => {
       log.info({ signal }, "shutting down");
       accessd.close().then(
-        () => process.exit(0),
+        () => exit(0),
         (e: unknown) => {
           log.error({ err: e }, "shutdown failed");
-          process.exit(1);
+          exit(1);
         },
       );
     };

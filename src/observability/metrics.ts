@@ -30,6 +30,7 @@ export class Metrics {
   private readonly webhookVerdicts: Counter<"reason" | "status">;
   private executionsByStateSource: (() => Readonly<Record<string, number>>) | undefined;
   private queueDepthSource: (() => number) | undefined;
+  private droppedLogLinesSource: (() => number) | undefined;
 
   constructor(options: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -72,6 +73,15 @@ export class Metrics {
         this.set(self.queueDepthSource?.() ?? 0);
       },
     });
+    new Counter({
+      name: "accessd_log_lines_dropped_total",
+      help: "Log lines dropped because stdout was not read fast enough (the lines held for it reached ACCESSD_LOG_BUFFER_MIB).",
+      registers,
+      collect() {
+        this.reset();
+        this.inc(self.droppedLogLinesSource?.() ?? 0);
+      },
+    });
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
@@ -95,6 +105,11 @@ export class Metrics {
   /** Where scrapes read the number of executions waiting or running. */
   observeQueueDepth(source: () => number): void {
     this.queueDepthSource = source;
+  }
+
+  /** Where scrapes read how many log lines were dropped since start. */
+  observeDroppedLogLines(source: () => number): void {
+    this.droppedLogLinesSource = source;
   }
 
   /** The Prometheus text exposition of every metric. */
