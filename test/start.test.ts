@@ -111,7 +111,8 @@ describe("npm start (accessd serve)", () => {
     agent.destroy();
   });
 
-  it("reads to its end and answers a request whose body is still arriving when SIGTERM lands, then exits 0", async () => {
+  // SIGHUP too: what a server started in a terminal gets when the terminal closes.
+  it.each(["SIGTERM", "SIGHUP"] as const)("reads to its end and answers a request whose body is still arriving when %s lands, then exits 0", async (signal) => {
     const { cli, url } = await serve(tempDir());
     const { authorization } = await authHeaders(url);
     const connection = rawConnection(url);
@@ -123,8 +124,8 @@ describe("npm start (accessd serve)", () => {
     );
     await new Promise((resolve) => setTimeout(resolve, 100)); // the server has read the headers and half the body
 
-    cli.child.kill("SIGTERM");
-    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    cli.child.kill(signal);
+    await until("the server began shutting down", () => cli.stdout().includes(`"signal":"${signal}","msg":"shutting down"`));
     await new Promise((resolve) => setTimeout(resolve, 300)); // past the idle connections' grace
     connection.socket.write(body.slice(half));
     const answer = await connection.closed;

@@ -36,6 +36,8 @@ program
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
+    // A closed terminal: stop as gracefully as on SIGTERM (Node's default would end the process mid-request).
+    process.once("SIGHUP", () => stop("SIGHUP"));
   });
 
 program
