@@ -12,28 +12,37 @@ const chunkChars = 1024 * 1024;
 /** A full non-blocking pipe (EAGAIN): try again this much later. */
 const retryAfterFullMs = 10;
 
+/** A line saying how many lines were dropped before it, queued where the gap is. */
+interface Notice {
+  text: string;
+  dropped: number;
+}
+
 /**
  * Log lines on a file descriptor (stdout), written in the background and never waited for by
  * the code that logs. What a reader does not take fast enough is held in memory, up to
  * `limitChars`; past that, lines are dropped and counted, and once there is room again a line
- * saying how many were lost is written first (`noticeLine`).
+ * saying how many were lost is written first (`noticeLine`). A write that fails (the reader gone:
+ * EPIPE; a full disk behind a redirect: ENOSPC) loses its lines, counted the same way, and the
+ * next one is tried: the server goes on, and its logs come back when the output does.
  *
  * Why not pino's own destination (sonic-boom): it holds any amount of unread output (a log
  * reader that stops, such as a stuck log shipper, grew the server by about 25 MB a minute under
  * API load until it would run out of memory), and at exit it writes what it holds synchronously,
  * retrying for good: with the reader stuck, or gone (EPIPE, retried every 100 ms), a SIGTERM
  * never ended the process, which kept the database's serving lock so that no new server could
- * start. Here a graceful stop waits at most `shutdownLogFlushMs` (`drained`), the exit hook
- * writes only while the output accepts without waiting, and an output that fails (EPIPE, EIO)
- * is given up: the server goes on without logs rather than stopping.
+ * start. Here a graceful stop waits at most `shutdownLogFlushMs` (`drained`), and the exit hook
+ * writes only while the output takes lines at once.
  */
 export class LogOutput {
-  private queue: string[] = [];
+  private queue: (string | Notice)[] = [];
   private queuedChars = 0;
   /** The bytes being written (handed to write(2)), and how many of them are written. */
   private inFlight: Buffer | undefined;
   private inFlightWritten = 0;
-  private failed = false;
+  /** In the bytes being written: how many notice lines, and the drops they report. */
+  private inFlightNotices = 0;
+  private inFlightNoticeDropped = 0;
   private droppedSinceNotice = 0;
   private droppedTotal = 0;
   private drainWaiters: (() => void)[] = [];
@@ -44,7 +53,7 @@ export class LogOutput {
     private readonly noticeLine: (droppedLines: number) => string,
   ) {}
 
-  /** Lines dropped since start because the output was not read fast enough (the /metrics counter). */
+  /** Lines dropped since start: not read fast enough, or their write failed (the /metrics counter). */
   get droppedLines(): number {
     return this.droppedTotal;
   }
@@ -55,27 +64,24 @@ export class LogOutput {
 
   /** Queues `text` (one or more whole lines) for writing; drops it when the held output is at its limit. */
   write(text: string): void {
-    if (this.failed) return;
     if (this.held() + text.length > this.limitChars) {
-      const lines = countLines(text);
-      this.droppedSinceNotice += lines;
-      this.droppedTotal += lines;
+      this.dropped(countLines(text));
       return;
     }
     if (this.droppedSinceNotice > 0) {
-      const notice = this.noticeLine(this.droppedSinceNotice);
+      const notice = { text: this.noticeLine(this.droppedSinceNotice), dropped: this.droppedSinceNotice };
       this.droppedSinceNotice = 0;
       this.queue.push(notice);
-      this.queuedChars += notice.length;
+      this.queuedChars += notice.text.length;
     }
     this.queue.push(text);
     this.queuedChars += text.length;
     if (this.inFlight === undefined) this.writeNextChunk();
   }
 
-  /** Resolves once everything queued is written, the output failed, or `withinMs` passed. */
+  /** Resolves once everything queued is written (or failed), or `withinMs` passed. */
   drained(withinMs: number): Promise<void> {
-    if (this.inFlight === undefined || this.failed) return Promise.resolve();
+    if (this.inFlight === undefined) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(resolve, withinMs);
       this.drainWaiters.push(() => {
@@ -101,8 +107,8 @@ export class LogOutput {
    * output takes it at once; anything else is left unwritten rather than hang the exit.
    */
   flushAtExit(): void {
-    if (this.failed || this.inFlight !== undefined || this.queue.length === 0) return;
-    const bytes = Buffer.from(this.queue.join(""));
+    if (this.inFlight !== undefined || this.queue.length === 0) return;
+    const bytes = Buffer.from(this.queue.map(textOf).join(""));
     this.queue = [];
     this.queuedChars = 0;
     let written = 0;
@@ -117,6 +123,11 @@ export class LogOutput {
     return this.queuedChars + (this.inFlight === undefined ? 0 : this.inFlight.length - this.inFlightWritten);
   }
 
+  private dropped(lines: number): void {
+    this.droppedSinceNotice += lines;
+    this.droppedTotal += lines;
+  }
+
   private writeNextChunk(): void {
     if (this.queue.length === 0) {
       this.inFlight = undefined;
@@ -125,14 +136,21 @@ export class LogOutput {
     }
     let chars = 0;
     let count = 0;
-    while (count < this.queue.length && (count === 0 || chars + this.queue[count]!.length <= chunkChars)) {
-      chars += this.queue[count]!.length;
+    this.inFlightNotices = 0;
+    this.inFlightNoticeDropped = 0;
+    while (count < this.queue.length && (count === 0 || chars + textOf(this.queue[count]!).length <= chunkChars)) {
+      const entry = this.queue[count]!;
+      if (typeof entry !== "string") {
+        this.inFlightNotices++;
+        this.inFlightNoticeDropped += entry.dropped;
+      }
+      chars += textOf(entry).length;
       count++;
     }
-    const chunk = count === this.queue.length ? this.queue : this.queue.slice(0, count);
+    const chunk = this.queue.slice(0, count);
     this.queue = count === this.queue.length ? [] : this.queue.slice(count);
     this.queuedChars -= chars;
-    this.inFlight = Buffer.from(chunk.join(""));
+    this.inFlight = Buffer.from(chunk.map(textOf).join(""));
     this.inFlightWritten = 0;
     this.writeInFlight();
   }
@@ -140,12 +158,18 @@ export class LogOutput {
   private readonly writeInFlight = (): void => {
     const bytes = this.inFlight!;
     write(this.fd, bytes, this.inFlightWritten, bytes.length - this.inFlightWritten, null, (error, written) => {
+      if (error?.code === "EAGAIN") {
+        setTimeout(this.writeInFlight, retryAfterFullMs).unref();
+        return;
+      }
       if (error !== null) {
-        if (error.code === "EAGAIN") {
-          setTimeout(this.writeInFlight, retryAfterFullMs).unref();
-          return;
-        }
-        this.fail();
+        // Lost: its lines count as dropped, and (unless part of it was written) the notices it
+        // carried report theirs again with the next one.
+        const whole = this.inFlightWritten === 0;
+        const unwritten = bytes.subarray(this.inFlightWritten).toString();
+        this.dropped(Math.max(countLines(unwritten) - (whole ? this.inFlightNotices : 0), 0));
+        if (whole) this.droppedSinceNotice += this.inFlightNoticeDropped;
+        this.writeNextChunk();
         return;
       }
       this.inFlightWritten += written;
@@ -154,20 +178,15 @@ export class LogOutput {
     });
   };
 
-  /** The output is gone (EPIPE) or broken: logging stops; the server goes on. */
-  private fail(): void {
-    this.failed = true;
-    this.queue = [];
-    this.queuedChars = 0;
-    this.inFlight = undefined;
-    this.releaseDrainWaiters();
-  }
-
   private releaseDrainWaiters(): void {
     const waiters = this.drainWaiters;
     this.drainWaiters = [];
     for (const resolve of waiters) resolve();
   }
+}
+
+function textOf(entry: string | Notice): string {
+  return typeof entry === "string" ? entry : entry.text;
 }
 
 function countLines(text: string): number {
