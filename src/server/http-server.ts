@@ -12,7 +12,7 @@ import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
 import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
-import { enforceRequestDeadline } from "./request-deadline.js";
+import { enforceDeadlines } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
 import { storeUnavailableHeaders, storeUnavailableMessage } from "./store-unavailable.js";
 
@@ -68,7 +68,7 @@ export class HttpServer {
     this.server = httpolyglot.createServer(
       {
         http: {
-          // Bodies are timed by enforceRequestDeadline (HTTP/1.1 and HTTP/2 alike, with the JSON
+          // Bodies are timed by enforceDeadlines (HTTP/1.1 and HTTP/2 alike, with the JSON
           // error shape); Node times the headers (slowloris), see startHeaderTimeouts.
           requestTimeout: 0,
           headersTimeout: headersTimeoutMs(options.requestTimeoutMs),
@@ -117,7 +117,7 @@ export class HttpServer {
   private dispatch(req: NodeRequest, res: NodeResponse): void {
     this.connections.track(req, res);
     if (req.httpVersionMajor === 1) this.trackResponse(req.socket as Socket, res);
-    enforceRequestDeadline(req, res, this.options.requestTimeoutMs);
+    enforceDeadlines(req, res, this.options.requestTimeoutMs);
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");
     const path = queryStart === -1 ? url : url.slice(0, queryStart);

@@ -1,32 +1,101 @@
+import { Http2ServerResponse, constants as http2Constants } from "node:http2";
+import type { Socket } from "node:net";
 import { Code } from "@connectrpc/connect";
 import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
 
 /**
- * Cuts a request whose body has not fully arrived `timeoutMs` after its headers (a client that
- * stalls or trickles the body): 408 with the JSON error shape if no response has started, then
- * the request is destroyed, which frees the handler waiting on the body and the connection.
+ * The deadlines of one request, both `timeoutMs` (ACCESSD_REQUEST_TIMEOUT):
  *
- * Node's own `requestTimeout` is enforced by a periodic check an http.Server starts when it
- * listens; httpolyglot's inner HTTP/1.1 server never listens itself, so that check never runs,
- * and http2 servers have no such timeout at all. This covers both.
+ * - its body must arrive within `timeoutMs` of its headers (a client that stalls or trickles the
+ *   body): else 408 with the JSON error shape if no response has started, then the request is
+ *   destroyed, which frees the handler waiting on the body and the connection. Node's own
+ *   `requestTimeout` is enforced by a periodic check an http.Server starts when it listens;
+ *   httpolyglot's inner HTTP/1.1 server never listens itself, so that check never runs, and http2
+ *   servers have no such timeout at all. This covers both.
+ * - the client must take its answer: see cutStalledAnswer.
  */
-export function enforceRequestDeadline(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+  if (res instanceof Http2ServerResponse) {
+    enforceHttp2Deadlines(req, res, timeoutMs);
+    return;
+  }
   const timer = setTimeout(() => {
-    if (req.complete) return;
-    const http1 = req.httpVersionMajor === 1;
-    if (res.headersSent) {
-      req.destroy();
+    if (!req.complete) cutIncompleteRequest(req, res, timeoutMs);
+  }, timeoutMs).unref();
+  res.once("close", () => clearTimeout(timer));
+  cutStalledHttp1Answer(req, res, timeoutMs);
+}
+
+function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+  if (res.headersSent) {
+    req.destroy();
+    return;
+  }
+  res.once("finish", () => req.destroy());
+  writeJsonError(
+    res,
+    Code.DeadlineExceeded,
+    `the request body did not arrive within ${timeoutMs} ms`,
+    408,
+    req.httpVersionMajor === 1 ? { connection: "close" } : {},
+  );
+}
+
+/**
+ * A client that does not take its answer (it stops reading, or over HTTP/2 grants no
+ * flow-control window) would otherwise hold the answer in the server's memory and its connection
+ * or stream open for good: 1,000 HTTP/2 streams asking for /openapi.json with a window of 0 took
+ * the server from 86 to 190 MB, and neither the streams nor their sessions were ever closed; 20
+ * HTTP/1.1 connections that sent 200 requests each and read nothing stayed open for good.
+ *
+ * HTTP/2: one timer per stream, every `timeoutMs` while the stream is open: an answer with bytes
+ * still waiting at two checks in a row is reset (RST_STREAM CANCEL), so between one and two
+ * `timeoutMs` after the client stopped taking it. A stream that is only idle (a
+ * `grpc.health.v1.Health/Watch` waiting for a change, a handler still working) has nothing waiting
+ * and stays. (Node's own stream timeout is not used: it is put off while anything else is sent
+ * on the session, so a client could keep it from firing with PINGs.)
+ */
+function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number): void {
+  const { stream } = res;
+  let waitingAtLastCheck = false;
+  const timer = setTimeout(() => {
+    if (stream.closed || stream.destroyed) return;
+    // Sent to its end by the client (`req.complete` is also false while a handler leaves the body unread).
+    if (!req.complete && stream.state.remoteClose !== 1) {
+      cutIncompleteRequest(req, res, timeoutMs);
       return;
     }
-    res.once("finish", () => req.destroy());
-    writeJsonError(
-      res,
-      Code.DeadlineExceeded,
-      `the request body did not arrive within ${timeoutMs} ms`,
-      408,
-      http1 ? { connection: "close" } : {},
-    );
-  }, timeoutMs);
-  timer.unref();
+    const waiting = stream.writableLength > 0;
+    if (waiting && waitingAtLastCheck) {
+      stream.close(http2Constants.NGHTTP2_CANCEL);
+      return;
+    }
+    waitingAtLastCheck = waiting;
+    timer.refresh();
+  }, timeoutMs).unref();
   res.once("close", () => clearTimeout(timer));
+}
+
+const stalledAnswerTimer = Symbol("accessd.stalledAnswerTimer");
+
+/**
+ * HTTP/1.1: once an answer is handed to the socket, the bytes the client has not taken wait in
+ * the socket's buffer; if it has not drained `timeoutMs` later the connection is destroyed. One
+ * timer per connection, however many pipelined answers wait, and none while the socket keeps up.
+ */
+function cutStalledHttp1Answer(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+  const socket = req.socket as Socket & { [stalledAnswerTimer]?: NodeJS.Timeout };
+  res.once("finish", () => {
+    if (socket.destroyed || socket.writableLength === 0 || socket[stalledAnswerTimer] !== undefined) return;
+    const timer = setTimeout(() => socket.destroy(), timeoutMs).unref();
+    socket[stalledAnswerTimer] = timer;
+    const clear = (): void => {
+      clearTimeout(timer);
+      socket[stalledAnswerTimer] = undefined;
+      socket.off("drain", clear);
+      socket.off("close", clear);
+    };
+    socket.once("drain", clear);
+    socket.once("close", clear);
+  });
 }

@@ -183,4 +183,58 @@ describe("slow clients", () => {
       client.close();
     }
   });
+
+  it("closes an HTTP/1.1 connection whose client stops reading its answers after the request timeout", async () => {
+    const oneAnswer = (await (await fetch(`${server.url}/openapi.json`)).arrayBuffer()).byteLength;
+    const socket = connect({ port: server.address.port, host: "127.0.0.1" });
+    await once(socket, "connect");
+    let received = 0;
+    socket.on("data", (chunk: Buffer) => (received += chunk.length));
+    const closed = once(socket, "close");
+    // 200 answers of about 90 KB asked for at once, none read: more than the kernel's buffers hold.
+    socket.pause();
+    socket.write("GET /openapi.json HTTP/1.1\r\nhost: accessd\r\n\r\n".repeat(200));
+
+    // Other clients are answered meanwhile.
+    await new Promise((r) => setTimeout(r, requestTimeoutMs + slackMs));
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+
+    // The client reads again: what the kernel held arrives, then the end, well short of 200 answers.
+    socket.resume();
+    const resumedAt = Date.now();
+    await closed;
+    expect(Date.now() - resumedAt).toBeLessThan(slackMs);
+    expect(received).toBeLessThan(200 * oneAnswer);
+  });
+
+  it("resets an HTTP/2 stream whose client grants no window for its answer, and leaves a stream that is only idle open", async () => {
+    const stalled = http2Connect(server.url, { settings: { initialWindowSize: 0 } });
+    const watching = http2Connect(server.url);
+    try {
+      const started = Date.now();
+      const streams = Array.from({ length: 20 }, () => stalled.request({ ":path": "/openapi.json" }));
+      const resets = streams.map((stream) => {
+        stream.on("error", () => {});
+        return once(stream, "close").then(() => ({ code: stream.rstCode, ms: Date.now() - started }));
+      });
+      // A Health/Watch stream: it gets its first status, then waits for a change with nothing to send.
+      const watch = watching.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers" });
+      watch.end(Buffer.from([0, 0, 0, 0, 0]));
+      let watchBytes = 0;
+      watch.on("data", (chunk: Buffer) => (watchBytes += chunk.length));
+
+      for (const reset of await Promise.all(resets)) {
+        expect(reset.code).toBe(8); // NGHTTP2_CANCEL
+        expect(reset.ms).toBeGreaterThanOrEqual(requestTimeoutMs - 50);
+        expect(reset.ms).toBeLessThan(2 * requestTimeoutMs + slackMs);
+      }
+      await new Promise((r) => setTimeout(r, 2 * requestTimeoutMs));
+      expect(watchBytes).toBeGreaterThan(0);
+      expect(watch.closed).toBe(false);
+      watch.close();
+    } finally {
+      stalled.destroy();
+      watching.destroy();
+    }
+  });
 });
