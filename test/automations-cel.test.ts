@@ -154,3 +154,54 @@ describe("compiled CEL programs are cached", () => {
     }
   });
 });
+
+describe("a runaway expression", () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer();
+  });
+  afterAll(() => server.close());
+
+  /** `depth` maps nested over ctx.trigger.xs: xs.length ** depth iterations in all. */
+  const nestedMaps = (depth: number) => {
+    let source = "0";
+    for (let d = 0; d < depth; d++) source = `ctx.trigger.xs.map(v${d}, ${source})`;
+    return source;
+  };
+
+  it(`fails its step after ${compiledExpression.maxComprehensionIterations} comprehension iterations instead of holding (and exhausting) the server, and each evaluation has the whole budget`, async () => {
+    const automationId = await createAutomation(server, [
+      // 60 + 60 * 60 = 3,660 iterations each: within the bound, twice in one execution.
+      { name: "wide", log: { messageCel: `size(${nestedMaps(2)})` } },
+      { name: "wide_again", log: { messageCel: `size(${nestedMaps(2)}) + size([1, 2].filter(x, x > 1))` } },
+      // About 13 million iterations: without the bound they hold the server's one thread until
+      // its 13 million list elements exhaust the heap (the test process dies of OOM), and a
+      // restart would resume the execution at this step.
+      { name: "runaway", log: { messageCel: `size(${nestedMaps(4)})` } },
+      { name: "after", log: { messageCel: '"not reached"' } },
+    ]);
+    const execution = await executeToEnd(server, automationId, { xs: Array.from({ length: 60 }, (_, i) => i) });
+    expect(execution.state).toBe("FAILED");
+    expect(execution.steps).toEqual([
+      { name: "wide", state: "SUCCEEDED", output: 60, error: undefined },
+      { name: "wide_again", state: "SUCCEEDED", output: 61, error: undefined },
+      {
+        name: "runaway",
+        state: "FAILED",
+        output: undefined,
+        error: `messageCel: the expression ran more than ${compiledExpression.maxComprehensionIterations} comprehension iterations`,
+      },
+      { name: "after", state: "PENDING", output: undefined, error: undefined },
+    ]);
+    expect((await server.call("GET", "/healthz")).status).toBe(200);
+  });
+
+  it("cannot be called by name in an expression", async () => {
+    const res = await server.call("POST", "/api/v1/automations", {
+      displayName: "CEL",
+      trigger: { manual: {} },
+      steps: [{ name: "sneaky", log: { messageCel: "accessd.comprehensionIteration(true)" } }],
+    });
+    expect(res.status).toBe(400);
+  });
+});

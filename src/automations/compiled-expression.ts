@@ -1,5 +1,7 @@
-import { celEnv, CelScalar, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
+import { create } from "@bufbuild/protobuf";
+import { celEnv, celFunc, CelScalar, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
 import { strings } from "@bufbuild/cel/ext";
+import { ExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
 
 /** A parsed expression: the AST (cel.expr.Expr) with its source positions. */
 export type ParsedCel = ReturnType<typeof parse>;
@@ -9,6 +11,38 @@ export type Expr = ParsedCel["expr"];
 export const celEnvironment = celEnv({
   variables: { ctx: mapType(CelScalar.STRING, CelScalar.DYN) },
   funcs: strings,
+});
+
+/**
+ * The most comprehension iterations (`map`, `filter`, `all`, `exists`, `exists_one`, nested ones
+ * counted together) one evaluation of an expression may run: 2.5-3.5 us each on the development
+ * VM, so some 30 ms of the server's one thread at most. Without a bound, a 1.5 KB expression of
+ * five nested `map`s over a 100-element list would run for hours (three took 2 s), holding every
+ * request and webhook, and again after each restart (the execution resumes at that step). Past
+ * the bound the evaluation is a CEL error, so the step fails with a message naming it.
+ */
+export const maxComprehensionIterations = 10_000;
+
+let iterationsLeft = maxComprehensionIterations;
+
+/** Called (by the rewritten plan) before every comprehension iteration; its argument is the loop condition. */
+const iterationBudgetFunction = "accessd.comprehensionIteration";
+
+/**
+ * What expressions are planned with: celEnvironment, and the budget check the rewrite inserts
+ * (not in celEnvironment, so an expression cannot name it: check-references refuses unknown functions).
+ */
+const plannedEnvironment = celEnv({
+  variables: { ctx: mapType(CelScalar.STRING, CelScalar.DYN) },
+  funcs: [
+    ...strings,
+    celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
+      if (--iterationsLeft < 0) {
+        throw new Error(`the expression ran more than ${maxComprehensionIterations} comprehension iterations`);
+      }
+      return condition;
+    }),
+  ],
 });
 
 /** A read of a field or key, kept to name a missing field in run-time errors. */
@@ -46,13 +80,39 @@ export function compileExpression(source: string): CompiledExpression {
   } catch (e) {
     throw syntaxError(e);
   }
-  const program = plan(celEnvironment, parsed);
+  const program = plan(plannedEnvironment, withIterationBudget(parse(source)));
   return {
     source,
     parsed,
-    evaluate: (ctx) => program({ ctx }),
+    evaluate: (ctx) => {
+      iterationsLeft = maxComprehensionIterations;
+      return program({ ctx });
+    },
     accesses: collectAccesses(parsed.expr),
   };
+}
+
+/**
+ * Wraps every comprehension's loop condition in the iteration budget's check (a parse of its own:
+ * `parsed`, kept for messages and reference checks, stays as written). A fold whose condition is
+ * an error ends with that error, and so does every enclosing one at its next iteration.
+ */
+function withIterationBudget(parsed: ParsedCel): ParsedCel {
+  let nextId = 0n;
+  forEachExpr(parsed.expr, (expr) => {
+    if (expr.id >= nextId) nextId = expr.id + 1n;
+  });
+  forEachExpr(parsed.expr, (expr) => {
+    if (expr.exprKind.case !== "comprehensionExpr") return;
+    const comprehension = expr.exprKind.value;
+    const condition = comprehension.loopCondition;
+    if (condition === undefined) return;
+    comprehension.loopCondition = create(ExprSchema, {
+      id: nextId++,
+      exprKind: { case: "callExpr", value: { function: iterationBudgetFunction, args: [condition] } },
+    });
+  });
+  return parsed;
 }
 
 /** 1-based "line:column" of an offset, for messages. */
