@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import * as compiledExpression from "../src/automations/compiled-expression.js";
+import { maxStepOutputChars } from "../src/automations/json-cel.js";
 import type { ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -194,6 +195,21 @@ describe("a runaway expression", () => {
       { name: "after", state: "PENDING", output: undefined, error: undefined },
     ]);
     expect((await server.call("GET", "/healthz")).status).toBe(200);
+  });
+
+  it(`fails a log step whose output would pass ${maxStepOutputChars} characters of JSON, and keeps one that echoes a large trigger`, async () => {
+    const automationId = await createAutomation(server, [
+      { name: "echo", log: { messageCel: "ctx.trigger.s" } },
+      // 1,600 references to one 300 KB string: a 480 MB output, stored and answered on every Get, without the bound.
+      { name: "repeated", log: { messageCel: "ctx.trigger.xs.map(a, ctx.trigger.xs.map(b, ctx.trigger.s))" } },
+    ]);
+    const s = "s".repeat(300_000);
+    const execution = await executeToEnd(server, automationId, { xs: Array.from({ length: 40 }, (_, i) => i), s });
+    expect(execution.state).toBe("FAILED");
+    expect(execution.steps).toEqual([
+      { name: "echo", state: "SUCCEEDED", output: s, error: undefined },
+      { name: "repeated", state: "FAILED", output: undefined, error: `messageCel: the output is larger than ${maxStepOutputChars} characters of JSON` },
+    ]);
   });
 
   it("cannot be called by name in an expression", async () => {

@@ -18,20 +18,58 @@ export function jsonToCel(value: JsonValue): CelInput {
 }
 
 /**
+ * The largest step output, in characters of its JSON (counted as it is built, about): the API's
+ * request-body limit, so a log step can echo any trigger, but not an expression that repeats one
+ * thousands of times (40 x 40 references to a 60 KB string made a 96 MB output that was stored,
+ * answered to every Get of the execution and logged; 90 x 90 would pass V8's largest string).
+ */
+export const maxStepOutputChars = 1024 * 1024;
+
+/** A step output past maxStepOutputChars. */
+export class OutputTooLargeError extends Error {
+  constructor() {
+    super(`the output is larger than ${maxStepOutputChars} characters of JSON`);
+    this.name = "OutputTooLargeError";
+  }
+}
+
+/**
  * CEL -> JSON, for step outputs: ints and uints become numbers when they fit exactly and decimal
  * strings otherwise, bytes base64, timestamps and durations their proto3 JSON, types their name,
- * non-finite doubles their name ("NaN", "Infinity").
+ * non-finite doubles their name ("NaN", "Infinity"). Throws OutputTooLargeError past
+ * maxStepOutputChars.
  */
 export function celToJson(value: CelValue): JsonValue {
+  const budget = { chars: maxStepOutputChars };
+  return toJsonWithin(value, budget);
+}
+
+function toJsonWithin(value: CelValue, budget: { chars: number }): JsonValue {
+  const json = convert(value, budget);
+  // Strings count their length, everything else a few characters (a number, a bracket, a comma).
+  budget.chars -= typeof json === "string" ? json.length + 3 : 8;
+  if (budget.chars < 0) throw new OutputTooLargeError();
+  return json;
+}
+
+function convert(value: CelValue, budget: { chars: number }): JsonValue {
   if (value === null || typeof value === "string" || typeof value === "boolean") return value;
   if (typeof value === "number") return Number.isFinite(value) ? value : String(value);
   if (typeof value === "bigint") return bigintToJson(value);
   if (isCelUint(value)) return bigintToJson(value.value);
   if (value instanceof Uint8Array) return Buffer.from(value).toString("base64");
-  if (isCelList(value)) return [...value].map(celToJson);
+  if (isCelList(value)) {
+    const list: JsonValue[] = [];
+    for (const item of value) list.push(toJsonWithin(item, budget));
+    return list;
+  }
   if (isCelMap(value)) {
     const object: Record<string, JsonValue> = {};
-    for (const [key, item] of value) object[isCelUint(key) ? key.value.toString() : String(key)] = celToJson(item);
+    for (const [key, item] of value) {
+      const name = isCelUint(key) ? key.value.toString() : String(key);
+      budget.chars -= name.length + 3;
+      object[name] = toJsonWithin(item, budget);
+    }
     return object;
   }
   if (isCelType(value)) return value.name;

@@ -4,7 +4,7 @@ import { addEntitlementOwner, removeEntitlementOwner } from "../api/app-entitlem
 import type { Store } from "../store/store.js";
 import type { StepState } from "../store/executions-repository.js";
 import { evaluate } from "./evaluate.js";
-import { celToJson, celTypeName } from "./json-cel.js";
+import { celToJson, celTypeName, OutputTooLargeError } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import type { StepContext } from "./step-context.js";
 import type { EntitlementOwnerStepAction, StepDefinition } from "./step-definition.js";
@@ -60,7 +60,12 @@ function act(store: Store, now: number, step: StepDefinition, programs: ProgramC
       return { ...target };
     }
     case "log":
-      return celToJson(evaluate("messageCel", programs.get(action.messageCel), context));
+      try {
+        return celToJson(evaluate("messageCel", programs.get(action.messageCel), context));
+      } catch (e) {
+        if (e instanceof OutputTooLargeError) throw new StepFailure(`messageCel: ${e.message}`);
+        throw e;
+      }
   }
 }
 
