@@ -8,10 +8,9 @@ export type ParsedCel = ReturnType<typeof parse>;
 export type Expr = ParsedCel["expr"];
 
 /** The one variable expressions see: `ctx` (ctx.trigger, ctx.steps.<name>, ctx.<name>). */
-export const celEnvironment = celEnv({
-  variables: { ctx: mapType(CelScalar.STRING, CelScalar.DYN) },
-  funcs: strings,
-});
+const variables = { ctx: mapType(CelScalar.STRING, CelScalar.DYN) };
+
+export const celEnvironment = celEnv({ variables, funcs: strings });
 
 /**
  * The most comprehension iterations (`map`, `filter`, `all`, `exists`, `exists_one`, nested ones
@@ -33,7 +32,7 @@ const iterationBudgetFunction = "accessd.comprehensionIteration";
  * (not in celEnvironment, so an expression cannot name it: check-references refuses unknown functions).
  */
 const plannedEnvironment = celEnv({
-  variables: { ctx: mapType(CelScalar.STRING, CelScalar.DYN) },
+  variables,
   funcs: [
     ...strings,
     celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
