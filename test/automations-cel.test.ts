@@ -212,6 +212,33 @@ describe("a runaway expression", () => {
     ]);
   });
 
+  it(`refuses an expression nested more than ${compiledExpression.maxExpressionDepth} levels deep with 400 (a 2,000-term sum overflowed the stack: 500)`, async () => {
+    const res = await server.call("POST", "/api/v1/automations", {
+      displayName: "CEL",
+      trigger: { manual: {} },
+      steps: [{ name: "deep", log: { messageCel: Array(2_000).fill("1").join("+") } }],
+    });
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { message: string }).message).toContain(`nested more than ${compiledExpression.maxExpressionDepth} levels deep`);
+  });
+
+  it("fails the step of a stored expression this version cannot compile, and runs the executions queued behind it", async () => {
+    // As if saved by an earlier version without the depth limit: written to the store directly.
+    const stale = await createAutomation(server, [{ name: "old", log: { messageCel: '"saved earlier"' } }]);
+    const deep = Array(400).fill("1").join(" + ");
+    server.store.db
+      .prepare("UPDATE automation_versions SET steps = ? WHERE automation_id = ?")
+      .run(JSON.stringify([{ name: "old", action: { kind: "log", messageCel: deep }, skipIfTrueCel: "" }]), stale);
+    const healthy = await createAutomation(server, [{ name: "fine", log: { messageCel: '"ran"' } }]);
+
+    const staleRun = await executeToEnd(server, stale, {});
+    expect(staleRun.state).toBe("FAILED");
+    expect(staleRun.steps).toEqual([
+      { name: "old", state: "FAILED", output: undefined, error: `messageCel: cannot be compiled: nested more than ${compiledExpression.maxExpressionDepth} levels deep` },
+    ]);
+    expect((await executeToEnd(server, healthy, {})).state).toBe("SUCCEEDED");
+  });
+
   it("cannot be called by name in an expression", async () => {
     const res = await server.call("POST", "/api/v1/automations", {
       displayName: "CEL",

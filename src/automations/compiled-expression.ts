@@ -71,13 +71,25 @@ export class CelSyntaxError extends Error {
   }
 }
 
-/** Parses and plans `source`; throws CelSyntaxError. */
+/**
+ * The deepest nesting of sub-expressions an expression may have (cel-go's parser allows 250 too).
+ * cel-es plans and evaluates recursively: `1 + 1 + ... + 1` with 2,000 terms (4 KB) overflowed
+ * the stack while the API saved it (answered 500), and deep nesting that plans could still
+ * overflow when evaluated further down the worker's stack.
+ */
+export const maxExpressionDepth = 250;
+
+/** Parses and plans `source`; throws CelSyntaxError (also for an expression nested too deeply). */
 export function compileExpression(source: string): CompiledExpression {
   let parsed: ParsedCel;
   try {
     parsed = parse(source);
   } catch (e) {
     throw syntaxError(e);
+  }
+  const tooDeep = firstExprDeeperThan(parsed.expr, maxExpressionDepth);
+  if (tooDeep !== undefined) {
+    throw new CelSyntaxError(`nested more than ${maxExpressionDepth} levels deep`, offsetOf(parsed, tooDeep.id));
   }
   const program = plan(plannedEnvironment, withIterationBudget(parse(source)));
   return {
@@ -156,6 +168,18 @@ function collectAccesses(root: Expr): FieldAccess[] {
     }
   });
   return accesses;
+}
+
+/** A sub-expression at more than `maxDepth` levels (the root is level 1), found without recursion. */
+function firstExprDeeperThan(root: Expr | undefined, maxDepth: number): Expr | undefined {
+  if (root === undefined) return undefined;
+  const pending: [Expr, number][] = [[root, 1]];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [expr, depth] = next;
+    if (depth > maxDepth) return expr;
+    for (const child of childrenOf(expr)) pending.push([child, depth + 1]);
+  }
+  return undefined;
 }
 
 /** Visits every sub-expression, parents first. */

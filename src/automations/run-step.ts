@@ -32,7 +32,7 @@ export function runStep(
 ): StepOutcome {
   try {
     if (step.skipIfTrueCel !== "") {
-      const skip = evaluate("skipIfTrueCel", programs.get(step.skipIfTrueCel), context);
+      const skip = evaluate("skipIfTrueCel", step.skipIfTrueCel, programs, context);
       if (typeof skip !== "boolean") {
         throw new StepFailure(`skipIfTrueCel must evaluate to a bool, got ${celTypeName(skip)}`);
       }
@@ -61,7 +61,7 @@ function act(store: Store, now: number, step: StepDefinition, programs: ProgramC
     }
     case "log":
       try {
-        return celToJson(evaluate("messageCel", programs.get(action.messageCel), context));
+        return celToJson(evaluate("messageCel", action.messageCel, programs, context));
       } catch (e) {
         if (e instanceof OutputTooLargeError) throw new StepFailure(`messageCel: ${e.message}`);
         throw e;
@@ -71,7 +71,7 @@ function act(store: Store, now: number, step: StepDefinition, programs: ProgramC
 
 function ownerTarget(action: EntitlementOwnerStepAction, programs: ProgramCache, context: StepContext) {
   const id = (field: string, source: string): string => {
-    const value = evaluate(field, programs.get(source), context);
+    const value = evaluate(field, source, programs, context);
     if (typeof value !== "string") {
       const shown = typeof value === "number" || typeof value === "boolean" || typeof value === "bigint" ? ` ${String(value)}` : "";
       throw new StepFailure(`${field} must evaluate to a string id, got ${celTypeName(value)}${shown}`);
