@@ -1,5 +1,6 @@
 import { Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import Database from "better-sqlite3";
 import { v7 as uuidv7 } from "uuid";
 import { describe, expect, it, vi } from "vitest";
 import { enqueueExecution } from "../src/automations/enqueue-execution.js";
@@ -146,6 +147,40 @@ describe("ExecutionRunner", () => {
     expect(lines.map((line) => `${line.msg} ${line.step} ${line.message}`)).toEqual(
       [1, 2, 3].flatMap((n) => [`automation log a ${n}`, `automation log b ${n}`]),
     );
+  });
+
+  it("ends FAILED, alone, an execution whose unit throws something that is neither a step failure nor the store's, and runs the others", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const clock = new ManualClock(1_000);
+    const runner = new ExecutionRunner({ store, clock, log, programs: new ProgramCache() });
+    const ids = [1, 2, 3].map((n) => enqueue(store, automationId, n));
+    // A bug that strikes the second execution every time it is run.
+    const recordStep = store.executions.recordStep.bind(store.executions);
+    vi.spyOn(store.executions, "recordStep").mockImplementation((executionId, record) => {
+      if (executionId === ids[1]) throw new TypeError("a bug");
+      recordStep(executionId, record);
+    });
+
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false); // rolled back; the culprit ended on its own
+    expect(store.executions.get(ids[1]!)).toMatchObject({ state: "FAILED", error: "internal error: TypeError: a bug" });
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
+    expect([ids[0], ids[2]].map((id) => store.executions.get(id!)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+  });
+
+  it("leaves every execution as it was, and throws, when the store fails (the worker tries again later)", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    const id = enqueue(store, automationId, 1);
+    const full = new Database.SqliteError("database or disk is full", "SQLITE_FULL");
+    const recordStep = vi.spyOn(store.executions, "recordStep").mockImplementation(() => {
+      throw full;
+    });
+
+    expect(() => runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toThrow(full);
+    expect(store.executions.get(id)?.state).toBe("PENDING");
+    recordStep.mockRestore();
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
+    expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
   });
 
   it("resumes from the store an execution a batch left RUNNING, as after a restart", () => {

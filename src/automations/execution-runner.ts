@@ -1,6 +1,8 @@
+import Database from "better-sqlite3";
 import type { Clock } from "../clock.js";
 import { logInOneWrite, type Logger } from "../logger.js";
 import type { Execution, StepRecord } from "../store/executions-repository.js";
+import { isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
 import type { ProgramCache } from "./program-cache.js";
 import { runStep } from "./run-step.js";
@@ -80,6 +82,8 @@ export class ExecutionRunner {
   /** The newest execution id in `upcoming` (read or handed over): ids grow with time, so anything older was seen. */
   private newestSeenId = "";
   private queueEmptied = false;
+  /** The execution the running unit works on (a claim's or a step's): the one to fail if the unit throws. */
+  private inHand: Execution | undefined;
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
 
@@ -134,6 +138,7 @@ export class ExecutionRunner {
     try {
       store.transaction(() => {
         while (units < limits.maxUnits && !stopping() && (units === 0 || performance.now() - started < limits.maxMs)) {
+          this.inHand = this.current?.execution;
           if (this.current === undefined) {
             const claimed = this.claim(lines);
             if (claimed === undefined) {
@@ -158,12 +163,17 @@ export class ExecutionRunner {
     } catch (e) {
       // Rolled back: what `current` holds was not recorded, and what the batch claimed is unclaimed
       // again; the next claim reads the queue from the store.
+      const culprit = this.inHand;
+      this.inHand = undefined;
       this.current = undefined;
       this.upcoming = [];
       this.nextUpcoming = 0;
       this.upcomingIsWholeQueue = false;
-      throw e;
+      if (culprit === undefined || !isFaultOfTheExecution(e)) throw e; // the store failing: the worker tries again later
+      this.failOnInternalError(culprit, e);
+      return units;
     }
+    this.inHand = undefined;
     logInOneWrite(log, () => {
       for (const line of lines) log.info(line.fields, line.message);
     });
@@ -186,6 +196,7 @@ export class ExecutionRunner {
     }
     const execution = this.upcoming[this.nextUpcoming];
     if (execution !== undefined) this.nextUpcoming++;
+    this.inHand = execution;
     if (this.nextUpcoming >= 1024) {
       // Under steady load the queue may never run empty: drop what was claimed.
       this.upcoming = this.upcoming.slice(this.nextUpcoming);
@@ -243,6 +254,20 @@ export class ExecutionRunner {
     return record.state === "FAILED" || last;
   }
 
+  /**
+   * A unit threw something that is neither a step's failure (those are outcomes, recorded) nor
+   * the store's: a bug, or data the code did not expect. Tried again, it would throw again, and
+   * the worker runs executions in order, so it would hold every execution queued behind it for
+   * good. The batch is rolled back; its execution alone is ended FAILED, in a transaction of its
+   * own, and the others run again as they were.
+   */
+  private failOnInternalError(execution: Execution, error: unknown): void {
+    const { store, log } = this.options;
+    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    log.error({ err: error, executionId: execution.id, automationId: execution.automationId }, "automation execution failed on an internal error");
+    store.transaction(() => this.finish(execution, "FAILED", `internal error: ${reason}`));
+  }
+
   private finish(execution: Execution, state: "SUCCEEDED" | "FAILED", error: string): void {
     const { store, clock } = this.options;
     store.executions.finish(execution.id, state, error, clock.now());
@@ -260,6 +285,12 @@ export class ExecutionRunner {
     }
     return steps;
   }
+}
+
+/** An error that is this execution's own (it would recur on every attempt), not the store failing or its file damaged. */
+function isFaultOfTheExecution(error: unknown): boolean {
+  if (isStoreUnavailable(error)) return false;
+  return !(error instanceof Database.SqliteError && /^SQLITE_(CORRUPT|NOTADB)/.test(error.code));
 }
 
 function stepError(step: StepRecord): string {
