@@ -1,8 +1,7 @@
-import Database from "better-sqlite3";
 import type { Clock } from "../clock.js";
 import { logInOneWrite, type Logger } from "../logger.js";
 import type { Execution, StepRecord } from "../store/executions-repository.js";
-import { isStoreUnavailable } from "../store/store-errors.js";
+import { isStoreDamaged, isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
 import type { ProgramCache } from "./program-cache.js";
 import { runStep } from "./run-step.js";
@@ -289,8 +288,7 @@ export class ExecutionRunner {
 
 /** An error that is this execution's own (it would recur on every attempt), not the store failing or its file damaged. */
 function isFaultOfTheExecution(error: unknown): boolean {
-  if (isStoreUnavailable(error)) return false;
-  return !(error instanceof Database.SqliteError && /^SQLITE_(CORRUPT|NOTADB)/.test(error.code));
+  return !isStoreUnavailable(error) && !isStoreDamaged(error);
 }
 
 function stepError(step: StepRecord): string {

@@ -25,3 +25,8 @@ export function isStoreUnavailable(error: unknown): boolean {
   if (error instanceof StoredDataUnreadableError) return true;
   return error instanceof Database.SqliteError && unavailableCodes.test(error.code);
 }
+
+/** True for SQLite's "the file is damaged or not a database": no request's fault, and no retry mends it. */
+export function isStoreDamaged(error: unknown): boolean {
+  return error instanceof Database.SqliteError && /^SQLITE_(CORRUPT|NOTADB)/.test(error.code);
+}
