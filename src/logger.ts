@@ -93,14 +93,14 @@ function stdoutOutput(bufferBytes: number): LogOutput {
   return stdout;
 }
 
-/** The line written once the output takes lines again after some were dropped (pino's shape, level warn). */
+/** The line written where lines were dropped, once the output takes lines again (pino's shape, level warn). */
 function droppedLinesNotice(droppedLines: number): string {
   return `${JSON.stringify({
     level: 40,
     time: Date.now(),
     service: "accessd",
     droppedLines,
-    msg: "log lines dropped: the log output was not read fast enough and the lines held for it reached ACCESSD_LOG_BUFFER_MIB",
+    msg: "log lines dropped: the log output was not read fast enough (the lines held for it reached ACCESSD_LOG_BUFFER_MIB), or their write failed",
   })}\n`;
 }
 
@@ -115,7 +115,7 @@ export function flushLogs(logger: Logger, withinMs: number): Promise<void> {
   return output instanceof LogOutput ? output.drained(withinMs) : Promise.resolve();
 }
 
-/** Log lines dropped because stdout was not read fast enough (0 for a logger with another destination). */
+/** Log lines dropped: stdout not read fast enough, or a failed write (0 for a logger with another destination). */
 export function droppedLogLines(logger: Logger): number {
   const output = outputOf(logger);
   return output instanceof LogOutput ? output.droppedLines : 0;

@@ -75,7 +75,7 @@ export class Metrics {
     });
     new Counter({
       name: "accessd_log_lines_dropped_total",
-      help: "Log lines dropped because stdout was not read fast enough (the lines held for it reached ACCESSD_LOG_BUFFER_MIB).",
+      help: "Log lines dropped: stdout was not read fast enough (the lines held for it reached ACCESSD_LOG_BUFFER_MIB), or their write failed.",
       registers,
       collect() {
         this.reset();
