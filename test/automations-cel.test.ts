@@ -197,6 +197,24 @@ describe("a runaway expression", () => {
     expect((await server.call("GET", "/healthz")).status).toBe(200);
   });
 
+  it(`fails its step past a cost of ${compiledExpression.maxEvaluationCost} instead of holding the server (a replacement repeated over a list ran for minutes)`, async () => {
+    const automationId = await createAutomation(server, [
+      // cel-es's replace searched the rebuilt string again after each occurrence: hours for this one.
+      { name: "clean", log: { messageCel: 'ctx.trigger.text.replace("\\n", " ").size()' } },
+      { name: "runaway", log: { messageCel: 'ctx.trigger.xs.map(x, ctx.trigger.s.replace("s", ctx.trigger.s)).size()' } },
+      { name: "after", log: { messageCel: '"not reached"' } },
+    ]);
+    const trigger = { text: "line\n".repeat(100_000), s: "s".repeat(10_000), xs: Array.from({ length: 100 }, (_, i) => i) };
+    const execution = await executeToEnd(server, automationId, trigger);
+    expect(execution.state).toBe("FAILED");
+    expect(execution.steps).toEqual([
+      { name: "clean", state: "SUCCEEDED", output: 500_000, error: undefined },
+      { name: "runaway", state: "FAILED", output: undefined, error: expect.stringContaining(`messageCel: the expression's calls cost more than ${compiledExpression.maxEvaluationCost}`) },
+      { name: "after", state: "PENDING", output: undefined, error: undefined },
+    ]);
+    expect((await server.call("GET", "/healthz")).status).toBe(200);
+  });
+
   it(`fails a log step whose output would pass ${maxStepOutputChars} characters of JSON, and keeps one that echoes a large trigger`, async () => {
     const automationId = await createAutomation(server, [
       { name: "echo", log: { messageCel: "ctx.trigger.s" } },
@@ -239,11 +257,11 @@ describe("a runaway expression", () => {
     expect((await executeToEnd(server, healthy, {})).state).toBe("SUCCEEDED");
   });
 
-  it("cannot be called by name in an expression", async () => {
+  it.each(["accessd.comprehensionIteration(true)", "accessd.appendToAccumulator([], [1])"])("cannot be called by name in an expression: %s", async (messageCel) => {
     const res = await server.call("POST", "/api/v1/automations", {
       displayName: "CEL",
       trigger: { manual: {} },
-      steps: [{ name: "sneaky", log: { messageCel: "accessd.comprehensionIteration(true)" } }],
+      steps: [{ name: "sneaky", log: { messageCel } }],
     });
     expect(res.status).toBe(400);
   });

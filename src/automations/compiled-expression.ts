@@ -1,7 +1,18 @@
 import { create } from "@bufbuild/protobuf";
-import { celEnv, celFunc, CelScalar, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
+import { celEnv, celError, celFunc, CelScalar, listType, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
 import { strings } from "@bufbuild/cel/ext";
 import { ExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
+import {
+  appendToAccumulator,
+  appendToAccumulatorFunction,
+  budgetExhausted,
+  countIteration,
+  meteredCalls,
+  resetBudget,
+  withLinearReplace,
+} from "./evaluation-budget.js";
+
+export { maxComprehensionIterations, maxEvaluationCost } from "./evaluation-budget.js";
 
 /** A parsed expression: the AST (cel.expr.Expr) with its source positions. */
 export type ParsedCel = ReturnType<typeof parse>;
@@ -12,37 +23,29 @@ const variables = { ctx: mapType(CelScalar.STRING, CelScalar.DYN) };
 
 export const celEnvironment = celEnv({ variables, funcs: strings });
 
-/**
- * The most comprehension iterations (`map`, `filter`, `all`, `exists`, `exists_one`, nested ones
- * counted together) one evaluation of an expression may run: 2.5-3.5 us each on the development
- * VM, so some 30 ms of the server's one thread at most. Without a bound, a 1.5 KB expression of
- * five nested `map`s over a 100-element list would run for hours (three took 2 s), holding every
- * request and webhook, and again after each restart (the execution resumes at that step). Past
- * the bound the evaluation is a CEL error, so the step fails with a message naming it.
- */
-export const maxComprehensionIterations = 10_000;
-
-let iterationsLeft = maxComprehensionIterations;
-
 /** Called (by the rewritten plan) before every comprehension iteration; its argument is the loop condition. */
 const iterationBudgetFunction = "accessd.comprehensionIteration";
 
 /**
- * What expressions are planned with: celEnvironment, and the budget check the rewrite inserts
- * (not in celEnvironment, so an expression cannot name it: check-references refuses unknown functions).
+ * What expressions are planned with: celEnvironment's functions with a linear `replace`, every
+ * call metered, and the two functions the rewrite inserts (not in celEnvironment, so an
+ * expression cannot name them: check-references refuses unknown functions). See
+ * evaluation-budget.ts.
  */
-const plannedEnvironment = celEnv({
-  variables,
-  funcs: [
-    ...strings,
-    celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
-      if (--iterationsLeft < 0) {
-        throw new Error(`the expression ran more than ${maxComprehensionIterations} comprehension iterations`);
-      }
-      return condition;
-    }),
-  ],
-});
+const plannedEnvironment = meteredCalls(
+  celEnv({
+    variables,
+    funcs: [
+      ...withLinearReplace(strings),
+      celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
+        countIteration();
+        return condition;
+      }),
+      celFunc(appendToAccumulatorFunction, [listType(CelScalar.DYN), listType(CelScalar.DYN)], listType(CelScalar.DYN), appendToAccumulator),
+    ],
+  }),
+  new Set([iterationBudgetFunction, appendToAccumulatorFunction, "replace"]),
+);
 
 /** A read of a field or key, kept to name a missing field in run-time errors. */
 export interface FieldAccess {
@@ -91,24 +94,32 @@ export function compileExpression(source: string): CompiledExpression {
   if (tooDeep !== undefined) {
     throw new CelSyntaxError(`nested more than ${maxExpressionDepth} levels deep`, offsetOf(parsed, tooDeep.id));
   }
-  const program = plan(plannedEnvironment, withIterationBudget(parse(source)));
+  const program = plan(plannedEnvironment, forBudgetedPlanning(parse(source)));
   return {
     source,
     parsed,
     evaluate: (ctx) => {
-      iterationsLeft = maxComprehensionIterations;
-      return program({ ctx });
+      resetBudget();
+      const result = program({ ctx });
+      // A bound reached is the result even where `||`, `&&` or `?:` absorbed the error.
+      const exhausted = budgetExhausted();
+      return exhausted === undefined ? result : celError(exhausted);
     },
     accesses: collectAccesses(parsed.expr),
   };
 }
 
 /**
- * Wraps every comprehension's loop condition in the iteration budget's check (a parse of its own:
- * `parsed`, kept for messages and reference checks, stays as written). A fold whose condition is
- * an error ends with that error, and so does every enclosing one at its next iteration.
+ * Rewrites a parse of its own for planning (`parsed`, kept for messages and reference checks,
+ * stays as written):
+ * - every comprehension's loop condition is wrapped in the iteration budget's check. A fold
+ *   whose condition is an error ends with that error, and so does every enclosing one at its
+ *   next iteration;
+ * - a `map` or `filter` appends to its accumulator with appendToAccumulator, in place: only the
+ *   comprehension sees its accumulator (cel-es binds `__result__` for the macro's own loop step,
+ *   not for the expression inside it: evaluation-budget.test.ts checks that it stays so).
  */
-function withIterationBudget(parsed: ParsedCel): ParsedCel {
+function forBudgetedPlanning(parsed: ParsedCel): ParsedCel {
   let nextId = 0n;
   forEachExpr(parsed.expr, (expr) => {
     if (expr.id >= nextId) nextId = expr.id + 1n;
@@ -117,13 +128,43 @@ function withIterationBudget(parsed: ParsedCel): ParsedCel {
     if (expr.exprKind.case !== "comprehensionExpr") return;
     const comprehension = expr.exprKind.value;
     const condition = comprehension.loopCondition;
-    if (condition === undefined) return;
-    comprehension.loopCondition = create(ExprSchema, {
-      id: nextId++,
-      exprKind: { case: "callExpr", value: { function: iterationBudgetFunction, args: [condition] } },
-    });
+    if (condition !== undefined) {
+      comprehension.loopCondition = create(ExprSchema, {
+        id: nextId++,
+        exprKind: { case: "callExpr", value: { function: iterationBudgetFunction, args: [condition] } },
+      });
+    }
+    const append = accumulatorAppend(comprehension);
+    if (append !== undefined) append.function = appendToAccumulatorFunction;
   });
   return parsed;
+}
+
+type Comprehension = Extract<Expr["exprKind"], { case: "comprehensionExpr" }>["value"];
+type Call = Extract<Expr["exprKind"], { case: "callExpr" }>["value"];
+
+/**
+ * The `accumulator + [element]` call of a `map` or `filter` macro's loop step (`acc + [e]`, or
+ * `p ? acc + [e] : acc`) whose accumulator starts empty.
+ */
+function accumulatorAppend(comprehension: Comprehension): Call | undefined {
+  const { accuVar, accuInit, loopStep } = comprehension;
+  if (accuInit?.exprKind.case !== "listExpr" || accuInit.exprKind.value.elements.length !== 0) return undefined;
+  if (loopStep?.exprKind.case !== "callExpr") return undefined;
+  const isAccumulator = (e: Expr | undefined) => e?.exprKind.case === "identExpr" && e.exprKind.value.name === accuVar;
+  const isAppend = (e: Expr | undefined): e is Expr & { exprKind: { case: "callExpr"; value: Call } } =>
+    e?.exprKind.case === "callExpr" &&
+    e.exprKind.value.function === "_+_" &&
+    e.exprKind.value.target === undefined &&
+    e.exprKind.value.args.length === 2 &&
+    isAccumulator(e.exprKind.value.args[0]) &&
+    e.exprKind.value.args[1]?.exprKind.case === "listExpr";
+  const step = loopStep.exprKind.value;
+  if (isAppend(loopStep)) return step;
+  if (step.function === "_?_:_" && step.args.length === 3 && isAppend(step.args[1]) && isAccumulator(step.args[2])) {
+    return step.args[1].exprKind.value;
+  }
+  return undefined;
 }
 
 /** 1-based "line:column" of an offset, for messages. */

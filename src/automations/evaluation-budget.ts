@@ -1,0 +1,180 @@
+import { celError, celList, celMethod, isCelError, isCelList, isCelMap, type CelEnv, type CelFunc, type CelList, type CelResult, type CelValue } from "@bufbuild/cel";
+
+/**
+ * What one evaluation of an expression may do. The worker runs steps on the server's one thread,
+ * and a restart resumes an execution at the step it was running, so an expression that runs for
+ * minutes, or exhausts the heap, would hold (or end) the server again and again. Two bounds,
+ * both deterministic (the same expression on the same input always passes or always fails):
+ *
+ * - comprehension iterations (`map`, `filter`, `all`, `exists`, nested ones counted together);
+ * - cost: every function or operator call costs 1 plus the sizes of what it reads and of what it
+ *   returns (a string's or bytes' length, a list's elements, a map's entries), charged when it
+ *   returns. Every value an expression makes is charged as it is made, so no single call reads
+ *   more than the budget (the trigger is at most 1 MiB), and none makes more than linear work
+ *   of what it reads (`replace` and list `+` are replaced below to make that true).
+ *
+ * Past either, every further call is refused before it runs and the evaluation's result is that
+ * error, even where `||`, `&&` or `?:` would have absorbed it.
+ */
+export const maxComprehensionIterations = 10_000;
+
+/**
+ * 16 million: a 1 MiB webhook body read, lowered and searched a few times fits; measured at
+ * 2-14 ns a unit on the development VM, depending on the operation, so 30-220 ms of the thread
+ * at most (see evaluation-budget.test.ts).
+ */
+export const maxEvaluationCost = 4_000_000;
+
+let iterationsLeft = maxComprehensionIterations;
+let costLeft = maxEvaluationCost;
+let exhausted: string | undefined;
+
+/** Called before each evaluation: each has the whole budget. */
+export function resetBudget(): void {
+  iterationsLeft = maxComprehensionIterations;
+  costLeft = maxEvaluationCost;
+  exhausted = undefined;
+}
+
+/** What the last evaluation used (for tests and measurements). */
+export function costUsed(): number {
+  return maxEvaluationCost - costLeft;
+}
+
+/** Why the last evaluation was stopped, if it was. */
+export function budgetExhausted(): string | undefined {
+  return exhausted;
+}
+
+/** Counts one comprehension iteration; throws past the bound (the CelFunc turns it into a CEL error). */
+export function countIteration(): void {
+  if (--iterationsLeft < 0) {
+    exhausted ??= `the expression ran more than ${maxComprehensionIterations} comprehension iterations`;
+    throw new Error(exhausted);
+  }
+}
+
+function charge(units: number): void {
+  costLeft -= units;
+  if (costLeft < 0) {
+    exhausted ??= `the expression's calls cost more than ${maxEvaluationCost} (1 a call, plus 1 a character or byte, 4 a list element and 8 a map entry it reads or returns)`;
+  }
+  if (exhausted !== undefined) throw new Error(exhausted);
+}
+
+/**
+ * What going through a value costs, in units of one character: a character or a byte 1, a list
+ * element 4, a map entry 8 (about what cel-es spends on each: 2-40 ns a character, 25-50 ns an
+ * element, up to 300 ns an entry when maps are compared); 0 for scalars.
+ */
+function sizeOf(value: CelValue | undefined): number {
+  if (typeof value === "string") return value.length;
+  if (value instanceof Uint8Array) return value.length;
+  if (isCelList(value)) return 4 * value.size;
+  if (isCelMap(value)) return 8 * value.size;
+  return 0;
+}
+
+/** Operands a call reads without going through them: what `size` counts but a string, the map `in` looks a key up in. */
+const readsInConstantTime: Record<string, ((value: CelValue) => boolean) | undefined> = {
+  size: (value) => typeof value !== "string",
+  "@in": (value) => isCelMap(value),
+};
+
+/**
+ * `replace` for `funcs`' two replace overloads (the others as they are): cel-es rebuilds the
+ * whole string after each occurrence and searches the rebuilt (flattened) string again, so
+ * replacing the 2,000 characters of a 2 KB string took 15 s, and a 100 KB body's newlines would
+ * take hours. Here it is one pass, with cel-go's semantics (Go's strings.Replace: a negative
+ * limit replaces all, an empty search string matches at each code point boundary), and the
+ * result's length is charged before it is built (so meteredCalls leaves it out).
+ */
+export function withLinearReplace(funcs: readonly CelFunc[]): CelFunc[] {
+  return funcs.map((func) => (func.name === "replace" && func.target?.name === "string" ? linearReplace(func) : func));
+}
+
+/**
+ * `env` with every call metered: 1 plus the sizes of what it reads and returns, charged when the
+ * overload that matched returns. `selfCharging` names functions that charge for themselves.
+ * The metering wraps each function group the planner looks up (one layer a call; wrapping each
+ * overload instead cost ~40 ns for every overload tried before the one that matched, +60% for
+ * a string `+`), so `plan` gets an environment whose `funcs.find` returns the metered group.
+ */
+export function meteredCalls(env: CelEnv, selfCharging: ReadonlySet<string>): CelEnv {
+  const resolver = env.funcs;
+  const groups = new Map<string, ReturnType<typeof resolver.find>>();
+  const find = (name: string) => {
+    if (!groups.has(name)) {
+      const group = resolver.find(name);
+      groups.set(name, group === undefined || selfCharging.has(name) ? group : meteredGroup(group));
+    }
+    return groups.get(name);
+  };
+  const funcs = Object.create(resolver, { find: { value: find } }) as typeof resolver;
+  return Object.create(env, { funcs: { value: funcs } }) as CelEnv;
+}
+
+type FuncGroup = NonNullable<ReturnType<CelEnv["funcs"]["find"]>>;
+
+function meteredGroup(group: FuncGroup): FuncGroup {
+  const readFree = readsInConstantTime[group.name] ?? (() => false);
+  const call = (id: number, target: CelValue | undefined, args: CelValue[]): CelResult | undefined => {
+    if (exhausted !== undefined) return celError(exhausted, id);
+    const result = group.call(id, target, args);
+    if (result === undefined || isCelError(result)) return result;
+    let cost = 1 + sizeOf(result);
+    if (target !== undefined && !readFree(target)) cost += sizeOf(target);
+    for (const arg of args) if (!readFree(arg)) cost += sizeOf(arg);
+    try {
+      charge(cost);
+    } catch (e) {
+      return celError(e, id);
+    }
+    return result;
+  };
+  // Everything else (name, the overloads) is the original's.
+  return Object.create(group, { call: { value: call } }) as FuncGroup;
+}
+
+function linearReplace(original: CelFunc): CelFunc {
+  const impl = function (this: string, search: string, replacement: string, limit?: bigint): string {
+    charge(1 + this.length + search.length + replacement.length);
+    const most = limit === undefined || limit < 0n ? Infinity : Number(limit);
+    if (most === 0 || search === replacement) return this;
+    // The pieces between occurrences (an empty search: the code points).
+    const pieces = search === "" ? Array.from(this) : this.split(search);
+    const found = search === "" ? pieces.length + 1 : pieces.length - 1;
+    const replaced = Math.min(most, found);
+    charge(this.length + replaced * (replacement.length - search.length));
+    if (search === "") {
+      const edited = replacement + pieces.slice(0, replaced).join(replacement);
+      return replaced === found ? (pieces.length > 0 ? edited + replacement : edited) : edited + pieces.slice(replaced).join("");
+    }
+    const edited = pieces.slice(0, replaced + 1).join(replacement);
+    return replaced === found ? edited : edited + search + pieces.slice(replaced + 1).join(search);
+  };
+  return celMethod(original.name, original.target as never, original.arguments as never, original.result as never, impl as never);
+}
+
+/** Lists built by appendToAccumulator, with the array each one's elements are in. */
+const accumulatorArrays = new WeakMap<object, CelValue[]>();
+
+/**
+ * `accumulator + tail` for a `map` or `filter` comprehension's accumulator, in amortized constant
+ * time. cel-es's own list `+` links its two operands, so a `map` built a chain as deep as its
+ * list, which every later read walks level by level (searching a 5,000-element result overflowed
+ * the stack; 4,000 took 8 million steps). Here the array behind the accumulator is extended in
+ * place, which changes no list anyone can still see: only the comprehension's own loop step
+ * reads its accumulator (see compiled-expression.ts), and the first append copies the initial
+ * `[]`. Costs 1 plus the tail's elements.
+ */
+export const appendToAccumulatorFunction = "accessd.appendToAccumulator";
+
+export function appendToAccumulator(accumulator: CelList, tail: CelList): CelList {
+  charge(1 + sizeOf(tail));
+  const array = accumulatorArrays.get(accumulator) ?? [...accumulator];
+  for (const element of tail) array.push(element);
+  const extended = celList(array);
+  accumulatorArrays.set(extended, array);
+  return extended;
+}
