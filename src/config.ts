@@ -185,7 +185,8 @@ function parseBoolean(env: Env, name: string): boolean | undefined {
 }
 
 /** 32 bytes written as 64 hex digits or as base64/base64url (43 or 44 characters). */
-function parseDataKey(env: Env, name: string): Buffer | undefined {
+/** A 32-byte key written as 64 hex digits or base64url (ACCESSD_DATA_KEY, and rotate-data-key's ACCESSD_NEW_DATA_KEY). */
+export function parseDataKey(env: Env, name: string): Buffer | undefined {
   const value = read(env, name);
   if (value === undefined) return undefined;
   const key = /^[0-9a-fA-F]{64}$/.test(value)

@@ -12,6 +12,7 @@ import {
 } from "jose";
 import type { Clock } from "../clock.js";
 import type { SecretCipher } from "../store/secret-cipher.js";
+import { signingKeyAssociatedData } from "../store/signing-keys-repository.js";
 import type { Store } from "../store/store.js";
 
 export interface AccessTokenOptions {
@@ -76,7 +77,7 @@ export class AccessTokens {
    * still stored in clear (from before migration 006) is sealed in place. Call after checkDataKey.
    */
   static async load(store: Store, { cipher, ...options }: AccessTokenLoadOptions): Promise<AccessTokens> {
-    const sealingOf = (kid: string) => `token-signing-key:${kid}`;
+    const sealingOf = signingKeyAssociatedData;
     if (store.signingKeys.all().length === 0) {
       const { privateKey } = await generateKeyPair(algorithm, { extractable: true });
       const privateJwk = await exportJWK(privateKey);

@@ -2,11 +2,12 @@
 import { Command } from "commander";
 import { createSuperAdminClient } from "../auth/index.js";
 import { systemClock } from "../clock.js";
-import { ConfigError, loadConfig } from "../config.js";
+import { ConfigError, loadConfig, parseDataKey } from "../config.js";
 import { shutdownLogFlushMs } from "../log-output.js";
 import { createLogger, flushLogs } from "../logger.js";
 import { startAccessd } from "../main.js";
 import { backupDatabase } from "../store/backup.js";
+import { rotateDataKey } from "../store/data-key-rotation.js";
 import { ServingLock } from "../store/serving-lock.js";
 import { Store } from "../store/store.js";
 import { webhookCommand } from "./webhook-command.js";
@@ -74,6 +75,29 @@ program
     if (result.keyFile === undefined) {
       process.stderr.write("accessd: the data key is ACCESSD_DATA_KEY: keep it with the backup, which cannot be opened without it\n");
     }
+  });
+
+program
+  .command("rotate-data-key")
+  .description(
+    "seal every secret of ACCESSD_DATABASE under a new data key (with the server stopped): a key file is replaced by a new one; " +
+      "a key given as ACCESSD_DATA_KEY needs the new one as ACCESSD_NEW_DATA_KEY. Prints what it did (JSON)",
+  )
+  .action(async () => {
+    const config = loadConfigOrExit();
+    let next: Buffer | undefined;
+    try {
+      next = parseDataKey(process.env, "ACCESSD_NEW_DATA_KEY");
+    } catch (e) {
+      exitOnConfigError(e);
+    }
+    const rotation = await rotateDataKey(config.database, { current: config.dataKey, next }).catch(exitOnConfigError);
+    process.stdout.write(`${JSON.stringify(rotation)}\n`);
+    process.stderr.write(
+      rotation.keyFile === undefined
+        ? "accessd: start the server with ACCESSD_DATA_KEY set to the new key; the old one no longer opens this database\n"
+        : `accessd: ${rotation.keyFile} holds the new key; backups taken before keep the old one with them\n`,
+    );
   });
 
 function loadConfigOrExit() {

@@ -16,14 +16,16 @@ export interface DataKey {
   cipher: SecretCipher;
   /** "ACCESSD_DATA_KEY", "the key file <path>", or "a random key (in-memory database)". */
   source: string;
+  /** The key file, when the key is one. */
+  file?: string;
 }
 
 /**
  * The settings row holding a value sealed under the data key on the first start: a later start
  * with another key finds that it does not open (the value itself means nothing).
  */
-const keyCheckSetting = "data_key_check";
-const keyCheckAssociatedData = "accessd data key check";
+export const keyCheckSetting = "data_key_check";
+export const keyCheckAssociatedData = "accessd data key check";
 
 /**
  * Whether the database holds anything sealed under a data key: a key check (written on the first
@@ -61,7 +63,7 @@ export function resolveDataKey(
         "restore the key file backed up with the database, or set ACCESSD_DATA_KEY to its key",
     );
   }
-  return { cipher: new SecretCipher(readOrCreateKeyFile(path)), source: `the key file ${path}` };
+  return { cipher: new SecretCipher(readOrCreateKeyFile(path)), source: `the key file ${path}`, file: path };
 }
 
 /**
@@ -74,6 +76,15 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
   const check = store.settings.get(keyCheckSetting);
   const opens = check === undefined ? opensLegacySecrets() : dataKey.cipher.opens(check, keyCheckAssociatedData);
   if (!opens) {
+    // rotate-data-key's new key, left beside the old one by a run stopped after its commit.
+    const next = dataKey.file === undefined ? undefined : `${dataKey.file}.next`;
+    if (next !== undefined && existsSync(next)) {
+      throw new ConfigError(
+        "ACCESSD_DATA_KEY",
+        `${dataKey.source} is not the key the database's secrets are sealed with, and ${next} stands beside it: ` +
+          "a data key rotation was stopped before it finished; run `accessd rotate-data-key` to finish it",
+      );
+    }
     throw new ConfigError(
       "ACCESSD_DATA_KEY",
       `${dataKey.source} is not the key the database's secrets were sealed with: ` +
@@ -87,24 +98,33 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
 
 function readOrCreateKeyFile(path: string): Buffer {
   mkdirSync(dirname(path), { recursive: true });
-  let fd: number | undefined;
   try {
-    fd = openSync(path, "wx", 0o600);
+    writeNewKeyFile(path, randomBytes(32));
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
   }
-  if (fd !== undefined) {
-    try {
-      writeSync(fd, `${randomBytes(32).toString("base64url")}\n`);
-      chmodSync(path, 0o600);
-      // On disk before anything is sealed with it: the database's own writes reach the disk at
-      // its next checkpoint, and a key file lost to a power cut would leave them unreadable.
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    fsyncPath(dirname(path)); // the new file's name, too
+  return readKeyFile(path);
+}
+
+/**
+ * Writes `key` (base64url) to a file that must not exist yet, mode 0600, and flushes it and its
+ * name to disk before anything is sealed with it: the database's own writes reach the disk at its
+ * next checkpoint, and a key file lost to a power cut would leave them unreadable.
+ */
+export function writeNewKeyFile(path: string, key: Buffer): void {
+  const fd = openSync(path, "wx", 0o600);
+  try {
+    writeSync(fd, `${key.toString("base64url")}\n`);
+    chmodSync(path, 0o600);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
   }
+  fsyncPath(dirname(path));
+}
+
+/** The 32-byte key a key file holds (base64url); ConfigError for anything else. */
+export function readKeyFile(path: string): Buffer {
   const key = Buffer.from(readFileSync(path, "utf8").trim(), "base64url");
   if (key.length !== 32) {
     throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${path} does not hold a base64url 32-byte key`);

@@ -1,5 +1,10 @@
 import type { Database } from "./database.js";
 
+/** What a signing key is sealed with besides the data key: its kid. */
+export function signingKeyAssociatedData(kid: string): string {
+  return `token-signing-key:${kid}`;
+}
+
 /** A private key the service signs its access tokens with, as a JWK in JSON text, sealed under the data key. */
 export interface SigningKey {
   kid: string;

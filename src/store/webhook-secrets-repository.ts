@@ -1,6 +1,11 @@
 import type { Database } from "./database.js";
 import { ReadCache } from "./read-cache.js";
 
+/** What a webhook secret is sealed with besides the data key: its row, so a sealed secret copied onto another row does not open. */
+export function webhookSecretAssociatedData(secretId: string, automationId: string): string {
+  return `webhook-secret:${secretId}:${automationId}`;
+}
+
 /** A listener's HMAC secret as stored: sealed (encrypted), never in clear. */
 export interface StoredWebhookSecret {
   id: string;

@@ -2,7 +2,7 @@ import { randomBytes, type KeyObject } from "node:crypto";
 import type { Clock } from "../clock.js";
 import { newId } from "../store/ids.js";
 import { StoredDataUnreadableError } from "../store/store-errors.js";
-import type { WebhookSecretsRepository } from "../store/webhook-secrets-repository.js";
+import { webhookSecretAssociatedData, type WebhookSecretsRepository } from "../store/webhook-secrets-repository.js";
 import { hmacKey } from "./hmac-signature.js";
 import type { SecretCipher } from "../store/secret-cipher.js";
 
@@ -74,12 +74,12 @@ export class WebhookSecretStore {
    */
   keyOpensStoredSecrets(): boolean {
     const newest = this.repository.newest();
-    return newest === undefined || this.cipher.opens(newest.sealed, associatedData(newest.id, newest.automationId));
+    return newest === undefined || this.cipher.opens(newest.sealed, webhookSecretAssociatedData(newest.id, newest.automationId));
   }
 
   private open(secretId: string, automationId: string, sealed: Buffer): string {
     try {
-      return this.cipher.open(sealed, associatedData(secretId, automationId)).toString("utf8");
+      return this.cipher.open(sealed, webhookSecretAssociatedData(secretId, automationId)).toString("utf8");
     } catch (e) {
       throw new StoredDataUnreadableError(
         `webhook secret ${secretId} of automation ${automationId} does not open with the data key`,
@@ -91,12 +91,9 @@ export class WebhookSecretStore {
   private issue(automationId: string): string {
     const id = newId();
     const secret = randomBytes(32).toString("base64url");
-    const sealed = this.cipher.seal(Buffer.from(secret, "utf8"), associatedData(id, automationId));
+    const sealed = this.cipher.seal(Buffer.from(secret, "utf8"), webhookSecretAssociatedData(id, automationId));
     this.repository.insert({ id, automationId, sealed, createdAt: this.clock.now() });
     return secret;
   }
 }
 
-function associatedData(secretId: string, automationId: string): string {
-  return `webhook-secret:${secretId}:${automationId}`;
-}

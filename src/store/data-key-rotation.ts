@@ -1,0 +1,145 @@
+import { randomBytes } from "node:crypto";
+import { existsSync, renameSync, rmSync } from "node:fs";
+import { dirname } from "node:path";
+import { ConfigError } from "../config.js";
+import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, readKeyFile, writeNewKeyFile } from "./data-key.js";
+import { fsyncPath } from "./fsync-path.js";
+import { SecretCipher } from "./secret-cipher.js";
+import { ServingLock } from "./serving-lock.js";
+import { signingKeyAssociatedData } from "./signing-keys-repository.js";
+import { Store } from "./store.js";
+import { webhookSecretAssociatedData } from "./webhook-secrets-repository.js";
+
+export interface DataKeyRotation {
+  /** Webhook secrets and token signing keys sealed again under the new key. */
+  webhookSecrets: number;
+  signingKeys: number;
+  /** The key file now holding the new key; undefined when the key is ACCESSD_DATA_KEY. */
+  keyFile: string | undefined;
+  /** True when this run only finished a rotation an earlier run had committed (nothing sealed again now). */
+  finishedEarlierRun: boolean;
+}
+
+/** Where a key file rotation keeps the new key until the database is sealed under it. */
+export function nextKeyFilePath(databasePath: string): string {
+  return `${dataKeyFilePath(databasePath)}.next`;
+}
+
+/**
+ * Seals every secret of the database at `databasePath` under a new data key, for a key that may
+ * have leaked: webhook secrets, token signing keys and the key check, in one transaction, with
+ * secure_delete on (no old sealed form left in freed space; the WAL is checkpointed into the file
+ * and removed when the command closes the database). Not while a server uses the database (the
+ * serving lock), which has the old key in memory.
+ *
+ * With a key file (`<database>.key`): the new key is written to `<database>.key.next` (0600,
+ * fsynced) before the transaction and renamed over the key file after it, so at every moment one
+ * of the two files opens the database; a run stopped between the commit and the rename is
+ * finished by the next run (the server's start names the command). With ACCESSD_DATA_KEY
+ * (`current`), the new key is the operator's (`next`, ACCESSD_NEW_DATA_KEY): the database opens
+ * with exactly one of the two at any time, and a second run with both reports that it is done.
+ */
+export async function rotateDataKey(databasePath: string, keys: { current?: Buffer; next?: Buffer }): Promise<DataKeyRotation> {
+  if (databasePath === ":memory:") throw new Error("ACCESSD_DATABASE is :memory:; its key lives and dies with the process");
+  if (!existsSync(databasePath)) throw new Error(`no database at ${databasePath}`);
+  if (keys.current !== undefined && keys.next === undefined) {
+    throw new ConfigError("ACCESSD_NEW_DATA_KEY", "not set: with ACCESSD_DATA_KEY, give the new key as ACCESSD_NEW_DATA_KEY (64 hex digits or base64url, e.g. `openssl rand -hex 32`)");
+  }
+  if (keys.current === undefined && keys.next !== undefined) {
+    throw new ConfigError("ACCESSD_NEW_DATA_KEY", "only for a key given as ACCESSD_DATA_KEY; with a key file, the rotation makes the new key itself");
+  }
+  const lock = ServingLock.acquire(databasePath);
+  const store = Store.open(databasePath);
+  try {
+    if (store.settings.get(keyCheckSetting) === undefined) {
+      throw new Error("the database has no data key check yet: start the server on it once, then rotate");
+    }
+    if (keys.current !== undefined && keys.next !== undefined) {
+      const current = new SecretCipher(keys.current);
+      const next = new SecretCipher(keys.next);
+      if (!opensKeyCheck(store, current) && opensKeyCheck(store, next)) {
+        return { webhookSecrets: 0, signingKeys: 0, keyFile: undefined, finishedEarlierRun: true };
+      }
+      return { ...resealAll(store, current, next, "ACCESSD_DATA_KEY"), keyFile: undefined, finishedEarlierRun: false };
+    }
+    return rotateKeyFile(databasePath, store);
+  } finally {
+    await store.close();
+    lock.release();
+  }
+}
+
+function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
+  const keyFile = dataKeyFilePath(databasePath);
+  const nextFile = nextKeyFilePath(databasePath);
+  if (!existsSync(keyFile)) throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${keyFile} is missing`);
+  if (existsSync(nextFile)) {
+    if (opensKeyCheck(store, new SecretCipher(readKeyFile(nextFile)))) {
+      // An earlier run committed and stopped before the rename: finish it.
+      replaceKeyFile(nextFile, keyFile);
+      return { webhookSecrets: 0, signingKeys: 0, keyFile, finishedEarlierRun: true };
+    }
+    rmSync(nextFile); // an earlier run stopped before its commit: that key sealed nothing
+  }
+  const current = new SecretCipher(readKeyFile(keyFile));
+  const nextKey = randomBytes(32);
+  writeNewKeyFile(nextFile, nextKey);
+  let counts: { webhookSecrets: number; signingKeys: number };
+  try {
+    counts = resealAll(store, current, new SecretCipher(nextKey), `the key file ${keyFile}`);
+  } catch (e) {
+    rmSync(nextFile, { force: true });
+    throw e;
+  }
+  replaceKeyFile(nextFile, keyFile);
+  return { ...counts, keyFile, finishedEarlierRun: false };
+}
+
+function replaceKeyFile(nextFile: string, keyFile: string): void {
+  renameSync(nextFile, keyFile);
+  fsyncPath(dirname(keyFile));
+}
+
+function opensKeyCheck(store: Store, cipher: SecretCipher): boolean {
+  const check = store.settings.get(keyCheckSetting);
+  return check !== undefined && cipher.opens(check, keyCheckAssociatedData);
+}
+
+/** One transaction: every sealed value opened with `current` and sealed with `next`; nothing changes if one does not open. */
+function resealAll(store: Store, current: SecretCipher, next: SecretCipher, currentSource: string): { webhookSecrets: number; signingKeys: number } {
+  if (!opensKeyCheck(store, current)) {
+    throw new ConfigError("ACCESSD_DATA_KEY", `${currentSource} is not the key the database's secrets are sealed with`);
+  }
+  const db = store.db;
+  const secrets = db.prepare<[], { id: string; automation_id: string; sealed: Buffer }>("SELECT id, automation_id, sealed FROM webhook_secrets").all();
+  const signingKeys = db
+    .prepare<[], { kid: string; sealed_private_jwk: Buffer }>("SELECT kid, sealed_private_jwk FROM token_signing_keys WHERE sealed_private_jwk IS NOT NULL")
+    .all();
+  const updateSecret = db.prepare<[Buffer, string]>("UPDATE webhook_secrets SET sealed = ? WHERE id = ?");
+  const updateSigningKey = db.prepare<[Buffer, string]>("UPDATE token_signing_keys SET sealed_private_jwk = ? WHERE kid = ?");
+  const updateCheck = db.prepare<[Buffer, string]>("UPDATE settings SET value = ? WHERE name = ?");
+  const reseal = (sealed: Buffer, associatedData: string, what: string) => {
+    let plaintext: Buffer;
+    try {
+      plaintext = current.open(sealed, associatedData);
+    } catch (e) {
+      throw new Error(`${what} does not open with the current data key (its row was altered); nothing was changed`, { cause: e });
+    }
+    return next.seal(plaintext, associatedData);
+  };
+  db.pragma("secure_delete = ON");
+  try {
+    store.transaction(() => {
+      for (const s of secrets) {
+        updateSecret.run(reseal(s.sealed, webhookSecretAssociatedData(s.id, s.automation_id), `webhook secret ${s.id}`), s.id);
+      }
+      for (const k of signingKeys) {
+        updateSigningKey.run(reseal(k.sealed_private_jwk, signingKeyAssociatedData(k.kid), `token signing key ${k.kid}`), k.kid);
+      }
+      updateCheck.run(next.seal(randomBytes(16), keyCheckAssociatedData), keyCheckSetting);
+    });
+  } finally {
+    db.pragma("secure_delete = OFF");
+  }
+  return { webhookSecrets: secrets.length, signingKeys: signingKeys.length };
+}
