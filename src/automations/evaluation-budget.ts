@@ -10,8 +10,9 @@ import { celError, celList, celMethod, isCelError, isCelList, isCelMap, type Cel
  * - cost: every function or operator call costs 1 plus the sizes of what it reads and of what it
  *   returns (a string's or bytes' length, a list's elements, a map's entries), charged when it
  *   returns. Every value an expression makes is charged as it is made, so no single call reads
- *   more than the budget (the trigger is at most 1 MiB), and none makes more than linear work
- *   of what it reads (`replace` and list `+` are replaced below to make that true).
+ *   more than the budget (the trigger is at most 1 MiB), and none does more than linear work
+ *   in what it reads (`replace` and the list appends of `map` and `filter` are replaced below to
+ *   make that true).
  *
  * Past either, every further call is refused before it runs and the evaluation's result is that
  * error, even where `||`, `&&` or `?:` would have absorbed it.
@@ -19,9 +20,9 @@ import { celError, celList, celMethod, isCelError, isCelList, isCelMap, type Cel
 export const maxComprehensionIterations = 10_000;
 
 /**
- * 16 million: a 1 MiB webhook body read, lowered and searched a few times fits; measured at
- * 2-14 ns a unit on the development VM, depending on the operation, so 30-220 ms of the thread
- * at most (see evaluation-budget.test.ts).
+ * A 1 MiB webhook body lowered and searched fits (about 3.1 million); a unit costs 5-55 ns on the
+ * development VM depending on the operation (bench/README.md, eighth session), so one evaluation
+ * holds the thread for some 0.2 s at most.
  */
 export const maxEvaluationCost = 4_000_000;
 

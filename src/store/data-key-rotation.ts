@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, renameSync, rmSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
-import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, readKeyFile, writeNewKeyFile } from "./data-key.js";
+import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, nextKeyFilePath, readKeyFile, writeNewKeyFile } from "./data-key.js";
 import { fsyncPath } from "./fsync-path.js";
 import { SecretCipher } from "./secret-cipher.js";
 import { ServingLock } from "./serving-lock.js";
@@ -18,11 +18,6 @@ export interface DataKeyRotation {
   keyFile: string | undefined;
   /** True when this run only finished a rotation an earlier run had committed (nothing sealed again now). */
   finishedEarlierRun: boolean;
-}
-
-/** Where a key file rotation keeps the new key until the database is sealed under it. */
-export function nextKeyFilePath(databasePath: string): string {
-  return `${dataKeyFilePath(databasePath)}.next`;
 }
 
 /**

@@ -11,13 +11,18 @@ export function dataKeyFilePath(databasePath: string): string {
   return `${databasePath}.key`;
 }
 
+/** Where `accessd rotate-data-key` writes the new key before the database is sealed under it (data-key-rotation.ts). */
+export function nextKeyFilePath(databasePath: string): string {
+  return `${dataKeyFilePath(databasePath)}.next`;
+}
+
 /** The key that seals secrets at rest, and where it came from (named in start errors). */
 export interface DataKey {
   cipher: SecretCipher;
   /** "ACCESSD_DATA_KEY", "the key file <path>", or "a random key (in-memory database)". */
   source: string;
-  /** The key file, when the key is one. */
-  file?: string;
+  /** With a key file: where rotate-data-key keeps a new key until the database is sealed under it. */
+  nextKeyFile?: string;
 }
 
 /**
@@ -63,7 +68,7 @@ export function resolveDataKey(
         "restore the key file backed up with the database, or set ACCESSD_DATA_KEY to its key",
     );
   }
-  return { cipher: new SecretCipher(readOrCreateKeyFile(path)), source: `the key file ${path}`, file: path };
+  return { cipher: new SecretCipher(readOrCreateKeyFile(path)), source: `the key file ${path}`, nextKeyFile: nextKeyFilePath(databasePath) };
 }
 
 /**
@@ -77,7 +82,7 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
   const opens = check === undefined ? opensLegacySecrets() : dataKey.cipher.opens(check, keyCheckAssociatedData);
   if (!opens) {
     // rotate-data-key's new key, left beside the old one by a run stopped after its commit.
-    const next = dataKey.file === undefined ? undefined : `${dataKey.file}.next`;
+    const next = dataKey.nextKeyFile;
     if (next !== undefined && existsSync(next)) {
       throw new ConfigError(
         "ACCESSD_DATA_KEY",
