@@ -2,6 +2,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { carefulStepSetting } from "../src/automations/crash-loop-guard.js";
 import { Store } from "../src/store/store.js";
 import type { CliProcess } from "./support/spawn-cli.js";
 import { automationLogLines, serveProcess, until, type ServedProcess } from "./support/served-process.js";
@@ -119,5 +121,67 @@ describe("crash safety", () => {
     // A log step's line is written after its record commits: never twice across the two processes.
     const lines = [...automationLogLines(first.cli), ...automationLogLines(second.cli)];
     expect(new Set(lines).size).toBe(lines.length);
+  }, 60_000);
+
+  it("ends an execution whose step is running each time the process dies, instead of dying with it at every start, and runs the queue behind it", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-crash-loop-"));
+    dirs.push(dir);
+    const database = join(dir, "accessd.db");
+    // Each step waits 400 ms first (the test knob): the step "is running" then, and the kill lands in it.
+    const serveSlowSteps = async () => {
+      const served = await serveProcess({ ACCESSD_DATABASE: database, ACCESSD_TEST_STEP_DELAY_MS: "400" });
+      running.push(served.cli);
+      return served;
+    };
+    const kill = async (served: ServedProcess) => {
+      served.cli.child.kill("SIGKILL");
+      expect(await served.cli.exited).toEqual({ code: null, signal: "SIGKILL" });
+    };
+    /** The step a careful worker marked before running it, read from the live file. */
+    const carefulMark = () => {
+      const db = new Database(database, { readonly: true });
+      try {
+        const row = db.prepare("SELECT value FROM settings WHERE name = ?").get(carefulStepSetting) as { value: Buffer } | undefined;
+        return row === undefined ? undefined : (JSON.parse(row.value.toString()) as { executionId: string; position: number; attempts: number });
+      } finally {
+        db.close();
+      }
+    };
+
+    const first = await serveSlowSteps();
+    const { automation } = await first.call<{ automation: { id: string } }>("POST", "/api/v1/automations", {
+      displayName: "Poison",
+      trigger: { manual: {} },
+      steps: [{ name: "fatal", log: { messageCel: '"ran"' } }],
+    });
+    const execute = async (served: ServedProcess) =>
+      (await served.call<{ execution: ExecutionJson }>("POST", `/api/v1/automations/${automation.id}/execute`, { context: {} })).execution.id;
+    const poisoned = await execute(first);
+    const behind = await execute(first);
+    const state = async (served: ServedProcess, id: string) =>
+      (await served.call<{ execution: ExecutionJson }>("GET", `/api/v1/automation_executions/${id}`)).execution.state;
+
+    // 1. A batch as usual: the process dies while step "fatal" of `poisoned` runs.
+    await until("the first execution is claimed", async () => (await state(first, poisoned)) === "RUNNING");
+    await kill(first);
+    // 2 and 3. After an unclean stop the worker marks each step before it runs it; the process dies in it again.
+    for (const attempts of [1, 2]) {
+      const careful = await serveSlowSteps();
+      expect(careful.cli.stdout()).toContain("stopped without shutting down");
+      await until(`step "fatal" is marked, attempt ${attempts}`, () => carefulMark()?.attempts === attempts);
+      expect(carefulMark()).toEqual({ executionId: poisoned, position: 0, attempts });
+      await kill(careful);
+    }
+    // 4. The next start ends `poisoned` without running its step again, and goes on.
+    const last = await serveSlowSteps();
+    await until("the execution behind it has run", async () => (await state(last, behind)) === "SUCCEEDED");
+    const ended = (await last.call<{ execution: ExecutionJson & { error: string } }>("GET", `/api/v1/automation_executions/${poisoned}`)).execution;
+    expect(ended).toMatchObject({ state: "FAILED", steps: [{ name: "fatal", state: "PENDING" }] }); // never run
+    expect(automationLogLines(last.cli)).toEqual([`${behind}/fatal`]);
+    expect(ended.error).toContain('step "fatal" was running when the process died, in 2 starts in a row');
+    expect(last.cli.stdout()).toContain("automation execution failed");
+    expect(await execute(last)).toBeTruthy(); // and the service takes work as before
+    last.cli.child.kill("SIGTERM");
+    expect(await last.cli.exited).toEqual({ code: 0, signal: null });
   }, 60_000);
 });

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import Database from "better-sqlite3";
 import { v7 as uuidv7 } from "uuid";
 import { describe, expect, it, vi } from "vitest";
+import { CrashLoopGuard, carefulStepSetting, workerStateSetting } from "../src/automations/crash-loop-guard.js";
 import { enqueueExecution } from "../src/automations/enqueue-execution.js";
 import { ExecutionRunner } from "../src/automations/execution-runner.js";
 import { ExecutionWorker } from "../src/automations/execution-worker.js";
@@ -243,5 +244,112 @@ describe("ExecutionWorker", () => {
     // The first batch ran both (the queue is then empty); the next look came a gather later, not at once.
     expect(batchStarts.length).toBeGreaterThanOrEqual(2);
     expect((batchStarts[1] ?? 0) - (batchStarts[0] ?? 0)).toBeGreaterThanOrEqual(190);
+  });
+});
+
+describe("CrashLoopGuard", () => {
+  const mark = (store: Store) => JSON.parse(store.settings.get(carefulStepSetting)?.toString() ?? "null") as unknown;
+
+  it("is careful only after a start that no graceful stop followed", () => {
+    const { store } = storeWithAutomation([logStep("a")]);
+    const first = new CrashLoopGuard(store, log);
+    first.started();
+    expect(first.careful).toBe(false);
+    first.stopped();
+    const afterCleanStop = new CrashLoopGuard(store, log);
+    afterCleanStop.started();
+    expect(afterCleanStop.careful).toBe(false);
+    // No stopped(): the process died.
+    const afterCrash = new CrashLoopGuard(store, log, { carefulUnits: 2 });
+    afterCrash.started();
+    expect(afterCrash.careful).toBe(true);
+    afterCrash.ranCarefully();
+    expect(afterCrash.careful).toBe(true);
+    afterCrash.ranCarefully();
+    expect(afterCrash.careful).toBe(false);
+    const queueEmpty = new CrashLoopGuard(store, log, { carefulUnits: 2 });
+    queueEmpty.started();
+    queueEmpty.ranCarefully(true);
+    expect(queueEmpty.careful).toBe(false);
+  });
+
+  it("counts a step's careful starts across processes, not tries within one, and gives up past the limit", () => {
+    const { store } = storeWithAutomation([logStep("a")]);
+    const start = () => {
+      const guard = new CrashLoopGuard(store, log, { maxCarefulAttempts: 2 });
+      guard.started(); // never stopped: each one is a process that died
+      return guard;
+    };
+    start();
+    const second = start();
+    expect(second.enterStep("e1", 0)).toBe(1);
+    expect(second.enterStep("e1", 0)).toBe(1); // its batch rolled back and tried again: the same process
+    expect(mark(store)).toEqual({ executionId: "e1", position: 0, attempts: 1 });
+    const third = start();
+    expect(third.enterStep("e1", 0)).toBe(2);
+    const fourth = start();
+    const attempts = fourth.enterStep("e1", 0);
+    expect(fourth.exhausted(attempts)).toBe(true);
+    expect(mark(store)).toEqual({ executionId: "e1", position: 0, attempts: 2 });
+    expect(fourth.enterStep("e1", 1)).toBe(1); // another step starts over
+    expect(fourth.enterStep("e2", 0)).toBe(1);
+  });
+});
+
+describe("ExecutionWorker after an unclean stop", () => {
+  it("marks nothing after a graceful stop; after an unclean one, marks each of its first units' steps before running it, one unit a transaction", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const worker = () => new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0, crashLoop: { carefulUnits: 4 } });
+    const clean = worker();
+    clean.start();
+    const first = [enqueue(store, automationId, 1), enqueue(store, automationId, 2)];
+    clean.notify();
+    await clean.whenIdle();
+    await clean.stop();
+    expect(first.map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    expect(store.settings.get(carefulStepSetting)).toBeUndefined(); // the hot path pays nothing
+    expect(store.settings.get(workerStateSetting)?.toString()).toBe("stopped");
+
+    store.settings.put(workerStateSetting, Buffer.from("running")); // as a process that died leaves it
+    const ids = [enqueue(store, automationId, 3), enqueue(store, automationId, 4)];
+    const put = vi.spyOn(store.settings, "put");
+    const transaction = vi.spyOn(store, "transaction");
+    const careful = worker();
+    careful.start();
+    await careful.whenIdle();
+    await careful.stop();
+    expect(ids.map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    const marks = put.mock.calls.filter(([name]) => name === carefulStepSetting).map(([, value]) => JSON.parse(value.toString()) as unknown);
+    // Four careful units: the first execution's claim and its steps "a" and "b", the second's
+    // claim; then its steps run as a batch again, unmarked.
+    expect(marks).toEqual([
+      { executionId: ids[0], position: 0, attempts: 1 },
+      { executionId: ids[0], position: 1, attempts: 1 },
+    ]);
+    expect(transaction.mock.calls.length).toBeGreaterThanOrEqual(5); // 4 careful units, then a batch
+  });
+
+  it("ends the execution whose step was running when the process died in two careful starts in a row, and runs the queue behind it", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const poisoned = enqueue(store, automationId, 1);
+    const next = enqueue(store, automationId, 2);
+    // What two careful starts that died in step "b" of `poisoned` leave behind.
+    store.transaction(() => {
+      store.executions.markRunning(poisoned, 1_000);
+      store.executions.recordStep(poisoned, { position: 0, name: "a", state: "SUCCEEDED", output: "1", error: "", startedAt: 1_000, finishedAt: 1_000 });
+    });
+    store.settings.put(workerStateSetting, Buffer.from("running"));
+    store.settings.put(carefulStepSetting, Buffer.from(JSON.stringify({ executionId: poisoned, position: 1, attempts: 2 })));
+
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0 });
+    worker.start();
+    await worker.whenIdle();
+    await worker.stop();
+    expect(store.executions.get(poisoned)).toMatchObject({
+      state: "FAILED",
+      error: 'step "b" was running when the process died, in 2 starts in a row after an unclean stop (each time alone); it is not run again',
+    });
+    expect(store.executions.steps(poisoned).map((s) => s.name)).toEqual(["a"]);
+    expect(store.executions.get(next)?.state).toBe("SUCCEEDED");
   });
 });

@@ -179,21 +179,50 @@ export class ExecutionRunner {
     return units;
   }
 
-  /** Claims the oldest unfinished execution and loads where it stands ("finished" when nothing is left to run). */
-  private claim(lines: LogLine[]): InProgress | "finished" | undefined {
-    const { store, clock } = this.options;
+  /**
+   * What the next unit will work on, without running it: the claimed execution's next step, or
+   * the claim of the oldest unfinished execution; undefined when no execution is left.
+   */
+  nextUnit(): { execution: Execution; step: { position: number; name: string } | "claim" } | undefined {
+    const { current } = this;
+    if (current !== undefined) {
+      const name = current.steps[current.position]?.name ?? "";
+      return { execution: current.execution, step: { position: current.position, name } };
+    }
+    const execution = this.oldestUnclaimed();
+    return execution === undefined ? undefined : { execution, step: "claim" };
+  }
+
+  /**
+   * Ends `execution` FAILED with `reason`, in a transaction of its own, without running more of
+   * it; the queue goes on after it.
+   */
+  abandon(execution: Execution, reason: string): void {
+    this.options.store.transaction(() => this.finish(execution, "FAILED", reason));
+    if (this.current?.execution.id === execution.id) this.current = undefined;
+    this.rereadQueue();
+  }
+
+  /** The oldest unfinished execution not claimed yet, read from the store when `upcoming` is used up. */
+  private oldestUnclaimed(): Execution | undefined {
     if (this.nextUpcoming === this.upcoming.length) {
       this.upcoming = [];
       this.nextUpcoming = 0;
       if (!this.upcomingIsWholeQueue) {
-        this.upcoming = store.executions.oldestUnfinished(claimReadAhead);
+        this.upcoming = this.options.store.executions.oldestUnfinished(claimReadAhead);
         this.upcomingIsWholeQueue = this.upcoming.length < claimReadAhead;
         // What `upcoming` now holds, not the newest ever seen: an execution dated ahead (made
         // before a restart under a clock set back since) stops holding later handovers off once run.
         this.newestSeenId = this.upcoming.at(-1)?.id ?? "";
       }
     }
-    const execution = this.upcoming[this.nextUpcoming];
+    return this.upcoming[this.nextUpcoming];
+  }
+
+  /** Claims the oldest unfinished execution and loads where it stands ("finished" when nothing is left to run). */
+  private claim(lines: LogLine[]): InProgress | "finished" | undefined {
+    const { store, clock } = this.options;
+    const execution = this.oldestUnclaimed();
     if (execution !== undefined) this.nextUpcoming++;
     this.inHand = execution;
     if (this.nextUpcoming >= 1024) {

@@ -3,6 +3,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { Execution } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
+import { CrashLoopGuard, type CrashLoopGuardOptions } from "./crash-loop-guard.js";
 import { ExecutionRunner, type BatchLimits } from "./execution-runner.js";
 import type { ProgramCache } from "./program-cache.js";
 
@@ -19,6 +20,8 @@ export interface ExecutionWorkerOptions {
   batch?: BatchLimits;
   /** After an idle worker is woken, how long it lets new executions gather before it runs them. */
   gatherMs?: number;
+  /** How the worker keeps a step that kills the process from being run at every start (CrashLoopGuard). */
+  crashLoop?: Partial<CrashLoopGuardOptions>;
 }
 
 /**
@@ -52,6 +55,7 @@ export class ExecutionWorker {
   private readonly stepDelayMs: number;
   private readonly batch: BatchLimits;
   private readonly gatherMs: number;
+  private readonly guard: CrashLoopGuard;
   private loop: Promise<void> | undefined;
   private stopping = false;
   private wake: (() => void) | undefined;
@@ -65,12 +69,18 @@ export class ExecutionWorker {
     // The test knob waits before every step, so each step (and each claim) commits on its own.
     this.batch = this.stepDelayMs > 0 ? { maxUnits: 1, maxMs: Infinity } : (options.batch ?? defaultBatch);
     this.gatherMs = options.gatherMs ?? defaultGatherMs;
+    // Careful for as many units as the batch that died could hold, plus the claim that resumes
+    // the execution a batch before it left part-way (the test knob's one-unit batches included).
+    const carefulUnits = Math.max(defaultBatch.maxUnits, this.batch.maxUnits) + 1;
+    this.guard = new CrashLoopGuard(options.store, options.log, { carefulUnits, ...options.crashLoop });
   }
 
   /** Starts the loop (again, after a stop). */
   start(): void {
+    if (this.loop !== undefined) return;
+    this.guard.started();
     this.runner.rereadQueue();
-    this.loop ??= this.work();
+    this.loop = this.work();
   }
 
   /**
@@ -110,6 +120,14 @@ export class ExecutionWorker {
     this.wake?.();
     await this.loop;
     this.releaseIdleWaiters();
+    if (this.loop !== undefined) {
+      try {
+        this.guard.stopped();
+      } catch (e) {
+        // The store failing at the stop: the next start is careful for nothing, no more.
+        this.log.error({ err: e }, "automation worker: could not record its graceful stop");
+      }
+    }
     this.loop = undefined;
     this.stopping = false;
   }
@@ -117,9 +135,15 @@ export class ExecutionWorker {
   private async work(): Promise<void> {
     while (!this.stopping) {
       try {
-        await this.pause();
+        let units: number;
+        if (this.guard.careful) {
+          units = await this.runCarefully();
+        } else {
+          await this.pause();
+          if (this.stopping) break;
+          units = this.runner.runBatch(this.batch, () => this.stopping);
+        }
         if (this.stopping) break;
-        const units = this.runner.runBatch(this.batch, () => this.stopping);
         if (units === 0) {
           this.releaseIdleWaiters();
           const why = await this.sleep();
@@ -135,6 +159,35 @@ export class ExecutionWorker {
         await this.sleep();
       }
     }
+  }
+
+  /**
+   * One unit in a transaction of its own, after a start that followed an unclean stop; a step is
+   * marked in the store before it runs, and one that was running when the process died in
+   * `maxCarefulAttempts` careful starts in a row ends its execution instead (CrashLoopGuard).
+   */
+  private async runCarefully(): Promise<number> {
+    const unit = this.runner.nextUnit();
+    if (unit === undefined) {
+      this.guard.ranCarefully(true);
+      return 0;
+    }
+    const { execution, step } = unit;
+    if (step !== "claim") {
+      const attempts = this.guard.enterStep(execution.id, step.position);
+      if (this.guard.exhausted(attempts)) {
+        const reason = `step "${step.name}" was running when the process died, in ${this.guard.maxCarefulAttempts} starts in a row after an unclean stop (each time alone); it is not run again`;
+        this.log.error({ executionId: execution.id, automationId: execution.automationId, step: step.name }, `automation execution failed: ${reason}`);
+        this.runner.abandon(execution, reason);
+        this.guard.ranCarefully();
+        return 1;
+      }
+    }
+    await this.pause();
+    if (this.stopping) return 0;
+    const units = this.runner.runBatch({ maxUnits: 1, maxMs: Infinity }, () => this.stopping);
+    this.guard.ranCarefully(units === 0);
+    return units;
   }
 
   /**

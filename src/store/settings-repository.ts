@@ -1,15 +1,19 @@
 import { randomBytes } from "node:crypto";
 import type { Database } from "./database.js";
 
-/** Small named values the service keeps across restarts (keys it generated for itself). */
+/** Small named values the service keeps across restarts (keys it generated for itself, the worker's crash marks). */
 export class SettingsRepository {
   private readonly select;
   private readonly insert;
+  private readonly upsert;
 
   constructor(db: Database) {
     this.select = db.prepare<[string], { value: Buffer }>("SELECT value FROM settings WHERE name = ?");
     this.insert = db.prepare<[string, Buffer]>(
       "INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+    );
+    this.upsert = db.prepare<[string, Buffer]>(
+      "INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
     );
   }
 
@@ -30,5 +34,10 @@ export class SettingsRepository {
   /** Stores `value` under `name` unless the name already has one (which is kept). */
   insertIfAbsent(name: string, value: Buffer): void {
     this.insert.run(name, value);
+  }
+
+  /** Stores `value` under `name`, replacing what the name had. */
+  put(name: string, value: Buffer): void {
+    this.upsert.run(name, value);
   }
 }
