@@ -1,7 +1,7 @@
 import type { Socket } from "node:net";
-import type { Http2ServerRequest, Http2Session } from "node:http2";
+import type { Http2Session } from "node:http2";
 import type { Server } from "node:net";
-import type { NodeRequest, NodeResponse } from "./json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse } from "./json-error.js";
 
 /**
  * How long a stopping server keeps an idle HTTP/1.1 keep-alive connection open before it ends it.
@@ -55,13 +55,14 @@ export class ConnectionTracker {
   /** Call at the start of every request; the request counts as in flight until its response closes. */
   track(req: NodeRequest, res: NodeResponse): void {
     this.inFlight++;
-    const socket = req.httpVersionMajor === 1 ? (req.socket as Socket) : undefined;
-    if (socket !== undefined) {
+    let socket: Socket | undefined;
+    if (isHttp2Request(req)) {
+      // httpolyglot emits `session` on its inner http2 server, not on this one: learn sessions here.
+      this.trackSession(req.stream.session);
+    } else {
+      socket = req.socket as Socket;
       this.http1Sockets.add(socket);
       this.sockets.set(socket, (this.sockets.get(socket) ?? 0) + 1);
-    } else {
-      // httpolyglot emits `session` on its inner http2 server, not on this one: learn sessions here.
-      this.trackSession((req as Http2ServerRequest).stream.session);
     }
     if (this.draining && socket !== undefined) res.setHeader("connection", "close");
     res.once("close", () => {

@@ -10,7 +10,7 @@ import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
 import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
-import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
 import { enforceDeadlines } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
@@ -115,8 +115,27 @@ export class HttpServer {
   }
 
   private dispatch(req: NodeRequest, res: NodeResponse): void {
+    try {
+      this.start(req, res);
+    } catch (e) {
+      // The synchronous start of a request (what runs before `route`'s promise catches for it)
+      // throwing is a bug; it must cost that request, not the process every request shares.
+      this.options.log.error({ err: e, path: req.url }, "request failed");
+      writeJsonError(res, Code.Internal, "internal error");
+    }
+  }
+
+  private start(req: NodeRequest, res: NodeResponse): void {
     this.connections.track(req, res);
-    if (req.httpVersionMajor === 1) this.trackResponse(req.socket as Socket, res);
+    if (!isHttp2Request(req)) {
+      this.trackResponse(req.socket as Socket, res);
+      if (req.httpVersionMajor !== 1) {
+        // A request line that says HTTP/0.9 (`GET /` alone) or HTTP/2.0 over an HTTP/1 connection:
+        // 400 like the versions Node's parser refuses itself (HTTP/3.0), not a 5xx for bad input.
+        writeJsonError(res, Code.InvalidArgument, `HTTP/${req.httpVersion} is not supported: send HTTP/1.1 or HTTP/2`, 400, { connection: "close" });
+        return;
+      }
+    }
     enforceDeadlines(req, res, this.options.requestTimeoutMs);
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");

@@ -1,7 +1,7 @@
 import { Http2ServerResponse, constants as http2Constants } from "node:http2";
 import type { Socket } from "node:net";
 import { Code } from "@connectrpc/connect";
-import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
 
 /**
  * The deadlines of one request, both `timeoutMs` (ACCESSD_REQUEST_TIMEOUT):
@@ -37,7 +37,7 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
     Code.DeadlineExceeded,
     `the request body did not arrive within ${timeoutMs} ms`,
     408,
-    req.httpVersionMajor === 1 ? { connection: "close" } : {},
+    isHttp2Request(req) ? {} : { connection: "close" },
   );
 }
 

@@ -1,7 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
-import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import type { BodySource } from "./body-reader.js";
@@ -53,7 +53,7 @@ export function webhookRoute(
           "webhook refused",
         );
         // A body left unread is not drained: the connection is closed instead (HTTP/1.1 only).
-        const close = !outcome.facts.bodyConsumed && req.httpVersionMajor === 1 && !req.complete;
+        const close = !outcome.facts.bodyConsumed && !isHttp2Request(req) && !req.complete;
         writeJsonError(res, verdict.code, verdict.message, verdict.status, close ? { connection: "close" } : {});
         return;
       }

@@ -2,7 +2,8 @@ import { generateKeyPairSync, randomUUID } from "node:crypto";
 import { connect as http2Connect, constants as http2Constants } from "node:http2";
 import { runInNewContext } from "node:vm";
 import { setFlagsFromString } from "node:v8";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { ConnectionTracker } from "../../src/server/graceful-shutdown.js";
 import { signHmacWebhook, signJwtWebhook } from "../../src/webhooks/index.js";
 import { rawRequest, type RawAnswer } from "../support/raw-http.js";
 import { until } from "../support/served-process.js";
@@ -398,6 +399,35 @@ describe("hostile input", () => {
     expect(answer?.status).toBe(400);
     expect(answer?.headers.connection).toBe("close");
     expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({ code: "invalid_argument", message: "malformed HTTP request" });
+  });
+
+  it.each([
+    ["HTTP/0.9 (a request line alone)", "GET /healthz\r\n\r\n", "0.9"],
+    ["HTTP/0.9", "GET /healthz HTTP/0.9\r\nHost: x\r\n\r\n", "0.9"],
+    ["HTTP/2.0 over an HTTP/1 connection", "POST /api/v1/webhooks/incoming/x HTTP/2.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "2.0"],
+  ])("answers a request line that says %s with a JSON 400, closes the connection and keeps serving", async (_name, request, version) => {
+    const answer = await rawRequest(server.address.port, [request]);
+    expect(answer?.status).toBe(400);
+    expect(answer?.headers.connection).toBe("close");
+    expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({
+      code: "invalid_argument",
+      message: `HTTP/${version} is not supported: send HTTP/1.1 or HTTP/2`,
+    });
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+  });
+
+  it("answers 500 to a request whose synchronous start throws (a bug), and keeps serving", async () => {
+    const track = vi.spyOn(ConnectionTracker.prototype, "track").mockImplementationOnce(() => {
+      throw new TypeError("a bug in the start of a request");
+    });
+    try {
+      const res = await fetch(`${server.url}/healthz`);
+      expect(res.status).toBe(500);
+      expect(await res.json()).toEqual({ code: "internal", message: "internal error" });
+      expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    } finally {
+      track.mockRestore();
+    }
   });
 
   it("closes an HTTP/2 session that opens and resets streams in a flood (rapid reset), and keeps serving others", async () => {
