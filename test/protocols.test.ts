@@ -124,6 +124,18 @@ describe("one port, every protocol", () => {
     expect(error?.details).toBe('user "no-such-user" not found');
   });
 
+  it("spells grpc-message as the gRPC spec does, so grpc-js users read the message as sent (spaces, colons, slashes, UTF-8)", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = "café/x,y:z 100%";
+    const error = await grpcJsAdd(grpcJsClient(), appId, entitlementId, userId).then(
+      () => undefined,
+      (e: unknown) => e as grpc.ServiceError,
+    );
+    expect(error?.code).toBe(grpc.status.NOT_FOUND);
+    expect(error?.details).toBe(`user "${userId}" not found`);
+  });
+
   it("answers a grpc-js call without userId with gRPC status INVALID_ARGUMENT", async () => {
     const appId = await createApp(server);
     const entitlementId = await createEntitlement(server, appId);

@@ -1,4 +1,4 @@
-import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import {
   compressionBrotli,
@@ -58,10 +58,51 @@ export class ConnectHandlers {
     );
     try {
       const uRes = await asApiRefusal(await handler(uReq), path);
-      await universalResponseToNodeResponse(uRes, res);
+      await universalResponseToNodeResponse(facts.protocol === "grpc" ? withSpecGrpcMessage(uRes) : uRes, res);
     } catch (e) {
       if (ConnectError.from(e).code === Code.Aborted) return; // the client went away
       this.options.log.error({ err: e, procedure: path }, "writing the response failed");
     }
   }
+}
+
+/**
+ * The gRPC response with its `grpc-message` percent-encoded as the gRPC spec says (only `%` and
+ * bytes outside 0x20-0x7E), instead of connect-es's `encodeURIComponent`, which also encodes
+ * spaces, `:`, `/`, `,` and the like. Both are valid, but grpc-js decodes the message with
+ * `decodeURI`, which leaves `%3A`, `%2F`, `%2C`... in place: its users read
+ * `missing bearer token%3A send Authorization%3A Bearer ...`. The message sits in the headers of
+ * a trailers-only answer, otherwise in the trailers, which are filled once the body is sent.
+ */
+function withSpecGrpcMessage(response: UniversalServerResponse): UniversalServerResponse {
+  respellGrpcMessage(response.header);
+  const { body, trailer } = response;
+  if (trailer === undefined) return response;
+  if (body === undefined || body instanceof Uint8Array) {
+    respellGrpcMessage(trailer);
+    return response;
+  }
+  return {
+    ...response,
+    body: (async function* () {
+      yield* body;
+      respellGrpcMessage(trailer);
+    })(),
+  };
+}
+
+function respellGrpcMessage(headers: Headers | undefined): void {
+  const message = headers?.get("grpc-message");
+  if (message === null || message === undefined) return;
+  let text: string;
+  try {
+    text = decodeURIComponent(message);
+  } catch {
+    return; // not connect-es's encoding: leave it as it is
+  }
+  let spelled = "";
+  for (const byte of Buffer.from(text, "utf8")) {
+    spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  headers?.set("grpc-message", spelled);
 }
