@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { connect as http2Connect } from "node:http2";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -301,6 +302,57 @@ describe("inbound webhooks: IP restriction", () => {
       expect(forged.status).toBe(403);
       const loopback = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["127.0.0.0/8"] });
       expect((await postWebhook(loopback.postUrl, hmacHeaders(loopback, body), body)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("knows an HTTP/2 sender's address as well as an HTTP/1.1 sender's (h2c on the same port)", async () => {
+    const server = await startTestServer();
+    try {
+      const tenOnly = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.0/8"] });
+      const loopback = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["127.0.0.0/8"] });
+      const body = "{}";
+      const session = http2Connect(server.url);
+      const post = (hook: WebhookAutomation) =>
+        new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+          const stream = session.request({ ":method": "POST", ":path": new URL(hook.postUrl).pathname, ...hmacHeaders(hook, body) });
+          let status = 0;
+          const chunks: Buffer[] = [];
+          stream.on("response", (headers) => (status = Number(headers[":status"])));
+          stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+          stream.on("end", () => resolve({ status, body: JSON.parse(Buffer.concat(chunks).toString()) as unknown }));
+          stream.on("error", reject);
+          stream.end(body);
+        });
+      try {
+        expect(await post(tenOnly)).toEqual({
+          status: 403,
+          body: { code: "permission_denied", message: "source address 127.0.0.1 is not in the listener's allowed CIDRs" },
+        });
+        expect((await post(loopback)).status).toBe(200);
+      } finally {
+        session.close();
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("accepts a matching signature among several header lines, in either order (HTTP folds them with commas)", async () => {
+    const server = await startTestServer();
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const body = "{}";
+      const junk = "A".repeat(43);
+      for (const order of ["good first", "junk first"]) {
+        const { "Webhook-Signature": good, ...rest } = hmacHeaders(hook, body);
+        expect(good).toMatch(/^[\w-]{43}$/);
+        const headers = new Headers(rest);
+        for (const signature of order === "good first" ? [good, junk] : [junk, good]) headers.append("webhook-signature", signature ?? "");
+        const res = await fetch(hook.postUrl, { method: "POST", headers, body });
+        expect({ order, status: res.status }).toEqual({ order, status: 200 });
+      }
     } finally {
       await server.close();
     }

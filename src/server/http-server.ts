@@ -146,7 +146,7 @@ export class HttpServer {
     const facts: RequestFacts = {
       requestId,
       protocol: "rest",
-      peerAddress: req.socket.remoteAddress ?? "",
+      peerAddress: peerAddressOf(req),
     };
     this.route(req, res, path, facts).catch((e: unknown) => {
       if (isStoreUnavailable(e)) {
@@ -245,4 +245,16 @@ function cutIdleConnections(
   });
   http2?.setTimeout(http2IdleMs);
   http2?.on("timeout", (session: ServerHttp2Session) => session.close());
+}
+
+/**
+ * The address the request came from. Over HTTP/2, httpolyglot hands Node's http2 server the
+ * connection as a plain JS stream (it turns off the handle's `isStreamBase`), which Node wraps in
+ * a socket of its own with no address: `req.socket.remoteAddress` is undefined for every HTTP/2
+ * request, and an IP-restricted listener refused every HTTP/2 sender. That wrapper keeps the
+ * connection it wraps as `stream`.
+ */
+function peerAddressOf(req: NodeRequest): string {
+  const socket = req.socket as Socket & { stream?: { remoteAddress?: string } };
+  return socket.remoteAddress ?? socket.stream?.remoteAddress ?? "";
 }

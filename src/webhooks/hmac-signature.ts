@@ -23,9 +23,10 @@ export function hmacSignature(secret: string | KeyObject, timestamp: string, eve
 }
 
 /**
- * Stage 6 for HMAC listeners: any of the space-separated signatures matches any of the listener's
- * valid secrets (the current one and, during a rotation's grace period, the previous one).
- * Digests are compared in constant time.
+ * Stage 6 for HMAC listeners: any of the signatures given matches any of the listener's valid
+ * secrets (the current one and, during a rotation's grace period, the previous one). Several are
+ * separated by spaces, or sent as several header lines, which HTTP folds into one value with
+ * commas (so their order does not matter). Digests are compared in constant time.
  */
 export function verifyHmacSignature(
   keys: readonly KeyObject[],
@@ -38,7 +39,7 @@ export function verifyHmacSignature(
     return unauthenticated("signature_missing", "Webhook-Signature is required for this listener");
   }
   const given = header
-    .split(" ")
+    .split(/[ ,]/)
     .filter((s) => s !== "")
     .slice(0, maxSignatures)
     .filter((s) => signatureShape.test(s))
