@@ -15,9 +15,31 @@ export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
   if (nestsDeeperThan(text, maxJsonDepth)) {
     return badRequest("body_too_deep", `the body nests arrays and objects deeper than ${maxJsonDepth} levels`);
   }
+  let value: JsonValue;
   try {
-    return JSON.parse(text) as JsonValue;
+    value = JSON.parse(text) as JsonValue;
   } catch {
     return badRequest("body_not_json", "the body is not valid JSON");
   }
+  if (mayOverflow.test(text) && holdsNonFiniteNumber(value)) {
+    return badRequest("body_number_out_of_range", "the body holds a number beyond the range of a double (about ±1.8e308)");
+  }
+  return value;
+}
+
+/**
+ * What a number beyond a double's range needs in its text: an exponent of three digits or more,
+ * or 309 digits in a row. JSON.parse makes such a number ±Infinity, which the automation would see
+ * while the stored trigger (JSON) says `null`: an execution resumed after a restart would see
+ * other data. Cheap to test on the text; only a body that matches is walked.
+ */
+const mayOverflow = /[eE]\+?0*[1-9]\d{2}|\d{309}/;
+
+function holdsNonFiniteNumber(value: JsonValue): boolean {
+  if (typeof value === "number") return !Number.isFinite(value);
+  if (value === null || typeof value !== "object") return false;
+  for (const item of Array.isArray(value) ? value : Object.values(value)) {
+    if (holdsNonFiniteNumber(item)) return true;
+  }
+  return false;
 }

@@ -382,6 +382,20 @@ describe("hostile input", () => {
     expect(after - before, `${gc === undefined ? "rss" : "heapUsed + external"} ${before} -> ${after}`).toBeLessThan(allowedGrowth);
   }, 90_000);
 
+  it.each([
+    ['{"big":1e400}', 400],
+    ["[-1e400]", 400],
+    ["1" + "0".repeat(309), 400],
+    ['{"big":1e308,"text":"e999 and ' + "9".repeat(400) + '"}', 200], // in range; the look-alikes are in a string
+    ['{"tiny":1e-400}', 200], // underflows to 0, stored and read back as 0
+  ])("refuses a number beyond a double's range, which would reach the automation as Infinity but be stored as null (%#)", async (body, status) => {
+    const answer = await postWebhook(hmac.postUrl, hmacHeaders(hmac, body), body);
+    expect(answer.status).toBe(status);
+    if (status === 400) {
+      expect(answer.body).toEqual({ code: "invalid_argument", message: "the body holds a number beyond the range of a double (about ±1.8e308)" });
+    }
+  });
+
   it("accepts a webhook body nested 64 levels deep, refuses 65 with 400, and still lists the executions", async () => {
     const accepted = '{"a":'.repeat(63) + "[1]" + "}".repeat(63);
     const refused = "[".repeat(65) + "]".repeat(65);
