@@ -29,7 +29,7 @@ interface Document {
   security: unknown[];
   paths: Record<string, Record<string, Operation>>;
   components: {
-    schemas: Record<string, { properties?: Record<string, { type?: unknown; format?: string; $ref?: string }> }>;
+    schemas: Record<string, { properties?: Record<string, { type?: unknown; format?: string; $ref?: string }>; required?: string[] }>;
     securitySchemes: Record<string, Record<string, unknown>>;
   };
 }
@@ -254,6 +254,18 @@ describe("/openapi.json", () => {
     expect(app?.["createdAt"]).toMatchObject({ type: "string", format: "date-time" });
     const list = served.components.schemas["svc.api.app.v1.ListAppEntitlementsResponse"]?.properties;
     expect(Object.keys(list ?? {})).toEqual(["list", "nextPageToken"]);
+  });
+
+  it("declares every page's list and nextPageToken required, the token a string (spec 2.5: empty on the last page, never null)", () => {
+    const pages = Object.entries(served.components.schemas).filter(([, schema]) => schema.properties?.["nextPageToken"] !== undefined);
+    expect(pages.length).toBeGreaterThanOrEqual(8);
+    for (const [name, schema] of pages) {
+      expect({ name, required: schema.required, token: schema.properties?.["nextPageToken"]?.type }).toEqual({
+        name,
+        required: ["list", "nextPageToken"],
+        token: "string",
+      });
+    }
   });
 
   it("declares bearer and OAuth client-credentials security with the token URL under the base URL", () => {

@@ -63,7 +63,7 @@ export function buildOpenApi(options: OpenApiOptions): Schema {
     tags,
     paths,
     components: {
-      schemas: { ...sortedKeys(schemas.components), ...fixedSchemas, Error: errorSchema() },
+      schemas: { ...sortedKeys(pageFieldsAlwaysPresent(schemas.components)), ...fixedSchemas, Error: errorSchema() },
       responses: {
         InvalidArgument: errorResponse("The request is malformed (400)."),
         Unauthenticated: errorResponse("No, or an invalid, bearer token (401)."),
@@ -157,4 +157,24 @@ function errorResponse(description: string): Schema {
 
 function sortedKeys<T>(record: Record<string, T>): Record<string, T> {
   return Object.fromEntries(Object.entries(record).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+}
+
+/**
+ * Spec 2.5: a list or search response always has `list` and `nextPageToken`, the token an empty
+ * string on the last page: never null, never absent (the service writes both every time). The
+ * contract declares the token `optional` only so that proto3 JSON writes it even when empty,
+ * which the generic field rule would document as `string | null`, not required; SDKs generated
+ * from this document would then model a token that may be missing.
+ */
+function pageFieldsAlwaysPresent(components: Record<string, Schema>): Record<string, Schema> {
+  for (const schema of Object.values(components)) {
+    const properties = schema["properties"] as Record<string, Schema> | undefined;
+    if (properties?.["list"] === undefined || properties["nextPageToken"] === undefined) continue;
+    properties["nextPageToken"] = {
+      type: "string",
+      description: "The page_token of the next page; an empty string when no further page exists.",
+    };
+    schema["required"] = ["list", "nextPageToken"];
+  }
+  return components;
 }
