@@ -136,6 +136,22 @@ describe("one port, every protocol", () => {
     expect(error?.details).toBe(`user "${userId}" not found`);
   });
 
+  it("answers a grpc-js call to a method the server does not have with gRPC status UNIMPLEMENTED and a message", async () => {
+    const error = await grpcJsUnary(
+      grpcJsClient(),
+      "/svc.api.app.v1.AppEntitlementOwners/Nope",
+      (m: ReturnType<typeof create<typeof AddAppEntitlementOwnerRequestSchema>>) =>
+        Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
+      (bytes) => fromBinary(AddAppEntitlementOwnerResponseSchema, bytes),
+      create(AddAppEntitlementOwnerRequestSchema, {}),
+    ).then(
+      () => undefined,
+      (e: unknown) => e as grpc.ServiceError,
+    );
+    expect(error?.code).toBe(grpc.status.UNIMPLEMENTED);
+    expect(error?.details).toBe("unknown method /svc.api.app.v1.AppEntitlementOwners/Nope");
+  });
+
   it("answers a grpc-js call without userId with gRPC status INVALID_ARGUMENT", async () => {
     const appId = await createApp(server);
     const entitlementId = await createEntitlement(server, appId);

@@ -100,9 +100,14 @@ function respellGrpcMessage(headers: Headers | undefined): void {
   } catch {
     return; // not connect-es's encoding: leave it as it is
   }
+  headers?.set("grpc-message", grpcMessageHeader(text));
+}
+
+/** `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E percent-encoded. */
+export function grpcMessageHeader(text: string): string {
   let spelled = "";
   for (const byte of Buffer.from(text, "utf8")) {
     spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
-  headers?.set("grpc-message", spelled);
+  return spelled;
 }

@@ -3,12 +3,13 @@ import { once } from "node:events";
 import type { Server as HttpServerBase } from "node:http";
 import type { Http2Server, ServerHttp2Session } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
+import { finished } from "node:stream/promises";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
-import type { ConnectHandlers } from "./connect-handlers.js";
+import { type ConnectHandlers, grpcMessageHeader } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
 import { isHttp2Request, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
@@ -184,6 +185,31 @@ export class HttpServer {
       return writeJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not ready" });
     }
     if (path.startsWith("/api/")) return rest.handle(req, res, facts);
+    const protocol = protocolOfContentType(req.headers["content-type"]);
+    if (protocol === "grpc" || protocol === "grpc-web") {
+      // A gRPC client reads grpc-status, not the HTTP status: a 404 reaches grpc-js as
+      // "Received HTTP status code 404", the message lost. A trailers-only UNIMPLEMENTED instead,
+      // once the request is read (answering while it is still sent resets the stream, which
+      // grpc-js reports as "Call ended without gRPC status").
+      req.resume();
+      const read = await finished(req as NodeJS.ReadableStream).then(
+        () => true,
+        () => false,
+      );
+      if (!read || res.headersSent) return; // gone, or cut by the request deadline
+      const headers = {
+        "content-type": req.headers["content-type"] ?? "application/grpc",
+        "grpc-status": String(Code.Unimplemented),
+        "grpc-message": grpcMessageHeader(`unknown method ${path}`),
+      };
+      if (isHttp2Request(req)) {
+        req.stream.respond({ ":status": 200, ...headers }, { endStream: true });
+      } else {
+        res.writeHead(200, headers);
+        res.end();
+      }
+      return;
+    }
     writeJsonError(res, Code.NotFound, `no route for ${path}`);
   }
 }
