@@ -100,6 +100,19 @@ describe("inbound webhooks: JWT listeners", () => {
     });
   });
 
+  it("answers 401 to a token with critical header extensions, naming the token and not the JWKS", async () => {
+    const valid = await jwtHeaders();
+    const claims = { sub: server.config.baseUrl, aud: hook.endpointUrl, jti: valid["Webhook-Event-Id"], htm: "POST" };
+    const token = await new SignJWT(claims)
+      .setProtectedHeader({ alg: "EdDSA", kid: "ed1", crit: ["urn:example:ext"], "urn:example:ext": true })
+      .setExpirationTime("5m")
+      .sign(jwks.keys.eddsa, { crit: { "urn:example:ext": true } });
+    expect(await send({ ...valid, Authorization: `Bearer ${token}` })).toEqual({
+      status: 401,
+      body: { code: "unauthenticated", message: "the JWT header names critical extensions (crit); none is supported" },
+    });
+  });
+
   it("answers 401 when any of the six claims is missing or wrong", async () => {
     const cases: [string, Claims][] = [
       ["sub missing", { sub: undefined }],

@@ -59,6 +59,8 @@ describe("timestamp window and event id", () => {
     expect(checkTimestamp("1700000301", now)?.reason).toBe("timestamp_out_of_window");
     expect(checkTimestamp("17e8", now)?.reason).toBe("timestamp_invalid");
     expect(checkTimestamp("-5", now)?.reason).toBe("timestamp_invalid");
+    expect(checkTimestamp("01700000000", now)?.reason).toBe("timestamp_invalid"); // one spelling per instant
+    expect(checkTimestamp("001700000000", now)?.reason).toBe("timestamp_invalid");
   });
 
   it("accepts only UUID v4 and records it in lower case", () => {

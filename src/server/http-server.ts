@@ -136,6 +136,7 @@ export class HttpServer {
         writeJsonError(res, Code.InvalidArgument, `HTTP/${req.httpVersion} is not supported: send HTTP/1.1 or HTTP/2`, 400, { connection: "close" });
         return;
       }
+      toOriginForm(req);
     }
     enforceDeadlines(req, res, this.options.requestTimeoutMs);
     const url = req.url ?? "/";
@@ -283,4 +284,17 @@ function cutIdleConnections(
 function peerAddressOf(req: NodeRequest): string {
   const socket = req.socket as Socket & { stream?: { remoteAddress?: string } };
   return socket.remoteAddress ?? socket.stream?.remoteAddress ?? "";
+}
+
+/**
+ * RFC 9112 3.2.2: a server must accept a request target in absolute form (`http://host/path?q`),
+ * which proxies send; every route reads the origin form (`/path?q`), so the request is rewritten.
+ */
+function toOriginForm(req: NodeRequest): void {
+  const target = req.url;
+  if (target === undefined || target.startsWith("/")) return;
+  const schemeAndAuthority = /^https?:\/\/[^/?#]*/i.exec(target)?.[0];
+  if (schemeAndAuthority === undefined) return;
+  const rest = target.slice(schemeAndAuthority.length);
+  req.url = rest.startsWith("/") ? rest : `/${rest}`;
 }

@@ -43,6 +43,11 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
   if (typeof header.kid !== "string" || header.kid === "") {
     return unauthenticated("jwt_kid_missing", "the JWT header must name its key (kid)");
   }
+  if (header.crit !== undefined) {
+    // jose refuses it too, but as JOSENotSupported, which names the JWKS (jwks_invalid) for a
+    // fault of the sender's token.
+    return unauthenticated("jwt_crit_not_supported", "the JWT header names critical extensions (crit); none is supported");
+  }
   let payload: JWTPayload;
   try {
     ({ payload } = await jwtVerify(token, jwks.get(input.jwksUrl), {

@@ -430,6 +430,13 @@ describe("hostile input", () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
+  it("serves a request target in absolute form, as proxies send it (RFC 9112 3.2.2)", async () => {
+    for (const target of [`http://127.0.0.1:${server.address.port}/healthz`, "HTTP://example.com/healthz?x=1"]) {
+      const answer = await rawRequest(server.address.port, [`GET ${target} HTTP/1.1\r\nHost: x\r\n\r\n`]);
+      expect({ target, status: answer?.status, body: answer?.body.toString() }).toEqual({ target, status: 200, body: '{"status":"ok"}' });
+    }
+  });
+
   it("answers 500 to a request whose synchronous start throws (a bug), and keeps serving", async () => {
     const track = vi.spyOn(ConnectionTracker.prototype, "track").mockImplementationOnce(() => {
       throw new TypeError("a bug in the start of a request");
