@@ -1,3 +1,4 @@
+import { connect as http2Connect } from "node:http2";
 import { PassThrough } from "node:stream";
 import { gunzipSync } from "node:zlib";
 import { request as httpRequest } from "node:http";
@@ -41,10 +42,10 @@ describe("routing", () => {
   );
 
   it.each([
-    ["PATCH", "/api/v1/apps", "POST, GET"],
+    ["PATCH", "/api/v1/apps", "POST, GET, HEAD"],
     ["DELETE", "/api/v1/search/users", "POST"],
     ["GET", "/api/v1/apps/x/entitlements/y/owners/z", "DELETE"],
-    ["PUT", "/api/v1/users/u1", "GET, POST"],
+    ["PUT", "/api/v1/users/u1", "GET, HEAD, POST"],
   ])("answers %s %s with 405, an Allow header and a JSON error", async (method, path, allow) => {
     const res = await server.call(method, path);
     expect(res.status).toBe(405);
@@ -52,6 +53,30 @@ describe("routing", () => {
     const body = (await res.json()) as JsonError;
     expect(body.code).toBe("unimplemented");
     expect(body.message).toContain(method);
+  });
+
+  it("answers HEAD wherever GET is, with GET's status and headers and no body, over HTTP/1.1 and HTTP/2", async () => {
+    const get = await server.call("GET", "/api/v1/apps");
+    const head = await server.call("HEAD", "/api/v1/apps");
+    expect([head.status, head.headers.get("content-type"), await head.text()]).toEqual([200, "application/json", ""]);
+    expect(get.status).toBe(200);
+    const session = http2Connect(server.url);
+    try {
+      const answer = await new Promise<{ status: number; bytes: number }>((resolve, reject) => {
+        const stream = session.request({ ":method": "HEAD", ":path": "/api/v1/apps", ...server.headers });
+        let status = 0;
+        let bytes = 0;
+        stream.on("response", (headers) => (status = Number(headers[":status"])));
+        stream.on("data", (chunk: Buffer) => (bytes += chunk.length));
+        stream.resume();
+        stream.on("close", () => resolve({ status, bytes }));
+        stream.on("error", reject);
+        stream.end();
+      });
+      expect(answer).toEqual({ status: 200, bytes: 0 });
+    } finally {
+      session.close();
+    }
   });
 
   it("routes the literal /api/v1/search/users to Search, not to a {id}-shaped route", async () => {

@@ -77,7 +77,9 @@ export class RestTranscoder {
         const bindings = matchPathTemplate(route.template, segments);
         if (bindings === undefined) continue;
         allowed.add(route.httpMethod);
-        if (route.httpMethod === req.method) {
+        // RFC 9110 9.3.2: HEAD wherever GET is, the same answer without its body (Node leaves it out).
+        if (route.httpMethod === "GET") allowed.add("HEAD");
+        if (route.httpMethod === req.method || (req.method === "HEAD" && route.httpMethod === "GET")) {
           match = { route, bindings };
           break;
         }
@@ -142,7 +144,11 @@ export class RestTranscoder {
       signal: abort.signal,
       contextValues: createContextValues().set(requestFactsKey, facts),
     });
-    await universalResponseToNodeResponse(await withRepeatedFieldsPresent(response, match.route.rpc.output), res);
+    const answered = await withRepeatedFieldsPresent(response, match.route.rpc.output);
+    // A HEAD answer has no body. Node leaves it out over HTTP/1.1 itself, but over HTTP/2 the
+    // stream of a HEAD request ends with its headers, and writing the body after them broke the
+    // answer (the client saw the stream end without headers).
+    await universalResponseToNodeResponse(req.method === "HEAD" ? { ...answered, body: undefined } : answered, res);
   }
 
   private async requestJson(req: NodeRequest, route: RestRoute): Promise<JsonObject> {
