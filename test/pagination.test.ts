@@ -128,6 +128,12 @@ describe("page_size on GET listings", () => {
     expect(res.status).toBe(400);
   });
 
+  it("answers 400 to page_size given under both its names", async () => {
+    const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_size=10&pageSize=20`);
+    expect(await res.json()).toEqual({ code: "invalid_argument", message: "query parameters page_size and pageSize name the same field; give it once" });
+    expect(res.status).toBe(400);
+  });
+
   it("accepts the JSON name pageToken in the query", async () => {
     const first = await entitlementsPage(appId, "?pageSize=10");
     const second = await entitlementsPage(appId, `?pageSize=10&pageToken=${encodeURIComponent(first.nextPageToken ?? "")}`);

@@ -215,11 +215,19 @@ function applyQuery(message: JsonObject, route: RestRoute, query: URLSearchParam
     values.push(value);
     grouped.set(name, values);
   }
+  /** The name each field was given under: `page_size` and `pageSize` are one field, given once. */
+  const givenAs = new Map<string, string>();
   for (const [name, values] of grouped) {
     const fieldPath = name.split(".");
-    if (route.pathFields.has(protoPath(route.rpc.input, fieldPath))) {
+    const field = protoPath(route.rpc.input, fieldPath);
+    if (route.pathFields.has(field)) {
       throw new RestRequestError(`query parameter ${name} is already given by the path`);
     }
+    const earlier = givenAs.get(field);
+    if (earlier !== undefined) {
+      throw new RestRequestError(`query parameters ${earlier} and ${name} name the same field; give it once`);
+    }
+    givenAs.set(field, name);
     setField(message, route.rpc.input, fieldPath, values, "query");
   }
 }
