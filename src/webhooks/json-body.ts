@@ -31,9 +31,11 @@ export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
  * What a number beyond a double's range needs in its text: an exponent of three digits or more,
  * or 309 digits in a row. JSON.parse makes such a number ±Infinity, which the automation would see
  * while the stored trigger (JSON) says `null`: an execution resumed after a restart would see
- * other data. Cheap to test on the text; only a body that matches is walked.
+ * other data. Cheap to test on the text; only a body that matches is walked. The lookbehind makes
+ * a run of digits tried once, from its start: without it, a 64 KB body of 308-digit runs took
+ * 28 ms to test (each position of a run tried again), 0.5 ms with it (JSON.parse: 0.08 ms).
  */
-const mayOverflow = /[eE]\+?0*[1-9]\d{2}|\d{309}/;
+const mayOverflow = /[eE]\+?0*[1-9]\d{2}|(?<!\d)\d{309}/;
 
 function holdsNonFiniteNumber(value: JsonValue): boolean {
   if (typeof value === "number") return !Number.isFinite(value);
