@@ -60,14 +60,31 @@ function grpcJsUnary<I, O>(
   });
 }
 
-function grpcJsAdd(client: grpc.Client, appId: string, entitlementId: string, userId: string) {
+/** An Add request sent to `path` (the Add RPC unless another method is named). */
+function grpcJsAddCall(
+  client: grpc.Client,
+  request: { appId?: string; entitlementId?: string; userId?: string },
+  path = "/svc.api.app.v1.AppEntitlementOwners/Add",
+) {
   return grpcJsUnary(
     client,
-    "/svc.api.app.v1.AppEntitlementOwners/Add",
+    path,
     (m: ReturnType<typeof create<typeof AddAppEntitlementOwnerRequestSchema>>) =>
       Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
     (bytes) => fromBinary(AddAppEntitlementOwnerResponseSchema, bytes),
-    create(AddAppEntitlementOwnerRequestSchema, { appId, entitlementId, userId }),
+    create(AddAppEntitlementOwnerRequestSchema, request),
+  );
+}
+
+function grpcJsAdd(client: grpc.Client, appId: string, entitlementId: string, userId: string) {
+  return grpcJsAddCall(client, { appId, entitlementId, userId });
+}
+
+/** The error a call failed with; undefined when it succeeded. */
+function failureOf(call: Promise<unknown>): Promise<grpc.ServiceError | undefined> {
+  return call.then(
+    () => undefined,
+    (e: unknown) => e as grpc.ServiceError,
   );
 }
 
@@ -116,10 +133,7 @@ describe("one port, every protocol", () => {
   it("answers a grpc-js call for an unknown user with gRPC status NOT_FOUND", async () => {
     const appId = await createApp(server);
     const entitlementId = await createEntitlement(server, appId);
-    const error = await grpcJsAdd(grpcJsClient(), appId, entitlementId, "no-such-user").then(
-      () => undefined,
-      (e: unknown) => e as grpc.ServiceError,
-    );
+    const error = await failureOf(grpcJsAdd(grpcJsClient(), appId, entitlementId, "no-such-user"));
     expect(error?.code).toBe(grpc.status.NOT_FOUND);
     expect(error?.details).toBe('user "no-such-user" not found');
   });
@@ -128,26 +142,13 @@ describe("one port, every protocol", () => {
     const appId = await createApp(server);
     const entitlementId = await createEntitlement(server, appId);
     const userId = "café/x,y:z 100%";
-    const error = await grpcJsAdd(grpcJsClient(), appId, entitlementId, userId).then(
-      () => undefined,
-      (e: unknown) => e as grpc.ServiceError,
-    );
+    const error = await failureOf(grpcJsAdd(grpcJsClient(), appId, entitlementId, userId));
     expect(error?.code).toBe(grpc.status.NOT_FOUND);
     expect(error?.details).toBe(`user "${userId}" not found`);
   });
 
   it("answers a grpc-js call to a method the server does not have with gRPC status UNIMPLEMENTED and a message", async () => {
-    const error = await grpcJsUnary(
-      grpcJsClient(),
-      "/svc.api.app.v1.AppEntitlementOwners/Nope",
-      (m: ReturnType<typeof create<typeof AddAppEntitlementOwnerRequestSchema>>) =>
-        Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
-      (bytes) => fromBinary(AddAppEntitlementOwnerResponseSchema, bytes),
-      create(AddAppEntitlementOwnerRequestSchema, {}),
-    ).then(
-      () => undefined,
-      (e: unknown) => e as grpc.ServiceError,
-    );
+    const error = await failureOf(grpcJsAddCall(grpcJsClient(), {}, "/svc.api.app.v1.AppEntitlementOwners/Nope"));
     expect(error?.code).toBe(grpc.status.UNIMPLEMENTED);
     expect(error?.details).toBe("unknown method /svc.api.app.v1.AppEntitlementOwners/Nope");
   });
@@ -155,17 +156,7 @@ describe("one port, every protocol", () => {
   it("answers a grpc-js call without userId with gRPC status INVALID_ARGUMENT", async () => {
     const appId = await createApp(server);
     const entitlementId = await createEntitlement(server, appId);
-    const error = await grpcJsUnary(
-      grpcJsClient(),
-      "/svc.api.app.v1.AppEntitlementOwners/Add",
-      (m: ReturnType<typeof create<typeof AddAppEntitlementOwnerRequestSchema>>) =>
-        Buffer.from(toBinary(AddAppEntitlementOwnerRequestSchema, m)),
-      (bytes) => fromBinary(AddAppEntitlementOwnerResponseSchema, bytes),
-      create(AddAppEntitlementOwnerRequestSchema, { appId, entitlementId }),
-    ).then(
-      () => undefined,
-      (e: unknown) => e as grpc.ServiceError,
-    );
+    const error = await failureOf(grpcJsAddCall(grpcJsClient(), { appId, entitlementId }));
     expect(error?.code).toBe(grpc.status.INVALID_ARGUMENT);
   });
 
