@@ -121,7 +121,7 @@ export class HttpServer {
     } catch (e) {
       // The synchronous start of a request (what runs before `route`'s promise catches for it)
       // throwing is a bug; it must cost that request, not the process every request shares.
-      this.options.log.error({ err: e, path: req.url }, "request failed");
+      this.options.log.error({ err: e, path: (req.url ?? "").split("?", 1)[0] }, "request failed");
       writeJsonError(res, Code.Internal, "internal error");
     }
   }

@@ -1,7 +1,7 @@
 import { createHmac, createSecretKey, timingSafeEqual, type KeyObject } from "node:crypto";
 import { unauthenticated, type Rejection } from "./rejection.js";
 
-/** At most this many space-separated signatures are looked at (rotation needs two). */
+/** At most this many of the signatures given are looked at (rotation needs two). */
 const maxSignatures = 8;
 /** base64url of a SHA-256 digest, without padding. */
 const signatureShape = /^[A-Za-z0-9_-]{43}$/;
