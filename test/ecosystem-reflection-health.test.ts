@@ -162,6 +162,48 @@ describe("gRPC health", () => {
     expect((await client.check({ service: "a.B" })).status).toBe(Status.NOT_SERVING);
   });
 
+  it("refuses a Watch past maxWatches at once (RESOURCE_EXHAUSTED), takes one again when a watch ends, and ends the rest at shutdown", async () => {
+    const shutdown = new AbortController();
+    const client = createClient(
+      Health,
+      createRouterTransport((router) =>
+        router.service(Health, healthService({ shutdown: shutdown.signal, ready: () => true, services: [], maxWatches: 2 })),
+      ),
+    );
+    const open = () => {
+      const cancel = new AbortController();
+      return { cancel, stream: client.watch({}, { signal: cancel.signal })[Symbol.asyncIterator]() };
+    };
+    const first = open();
+    const second = open();
+    expect((await first.stream.next()).value?.status).toBe(Status.SERVING);
+    expect((await second.stream.next()).value?.status).toBe(Status.SERVING);
+    const refused = await open().stream.next().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(refused).toBeInstanceOf(ConnectError);
+    expect((refused as ConnectError).code).toBe(Code.ResourceExhausted);
+
+    first.cancel.abort();
+    await first.stream.next().catch(() => undefined); // the cancelled watch ends, and frees its place
+    const third = open();
+    let taken: Status | undefined;
+    for (let attempt = 0; attempt < 50 && taken === undefined; attempt++) {
+      taken = await third.stream.next().then(
+        (r) => r.value?.status,
+        () => undefined,
+      );
+      if (taken === undefined) Object.assign(third, open());
+    }
+    expect(taken).toBe(Status.SERVING);
+
+    shutdown.abort();
+    expect((await second.stream.next()).value?.status).toBe(Status.NOT_SERVING);
+    expect((await third.stream.next()).value?.status).toBe(Status.NOT_SERVING);
+    expect((await second.stream.next()).done).toBe(true);
+  });
+
   it("answers NOT_SERVING when the store does not answer", async () => {
     const client = createClient(
       Health,

@@ -8,7 +8,17 @@ export interface HealthOptions {
   ready: () => boolean;
   /** Services whose health may be asked for by name; "" (the server as a whole) always may. */
   services: readonly string[];
+  /** Most Watch streams open at once (see defaultMaxWatches). */
+  maxWatches?: number;
 }
+
+/**
+ * Watch needs no token (probes), and a stream stays open until the client or the shutdown ends
+ * it, at some 60 KB and (over HTTP/1.1) a descriptor each: an unauthenticated client that opened
+ * 320 connections of 256 watches took the server to 3.3 GB and left it unable to answer for
+ * minutes. Probes need a handful; past this many a Watch is refused (RESOURCE_EXHAUSTED) at once.
+ */
+export const defaultMaxWatches = 1_000;
 
 /**
  * grpc.health.v1.Health, as Kubernetes gRPC probes and load balancers use it. Every service shares
@@ -17,6 +27,15 @@ export interface HealthOptions {
 export function healthService(options: HealthOptions): ServiceImpl<typeof Health> {
   const known = new Set(["", ...options.services]);
   const status = (): Status => (options.shutdown.aborted || !options.ready() ? Status.NOT_SERVING : Status.SERVING);
+  const maxWatches = options.maxWatches ?? defaultMaxWatches;
+  /**
+   * The open watches' wake-ups. One listener on the shutdown signal for all of them: a listener
+   * each made adding one cost more the more were open (32,000 took 5 s).
+   */
+  const watchers = new Set<() => void>();
+  options.shutdown.addEventListener("abort", () => {
+    for (const wake of watchers) wake();
+  }, { once: true });
 
   return {
     check(request) {
@@ -32,30 +51,25 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
      * an open watch never holds the graceful drain.
      */
     async *watch(request, context) {
-      yield { status: known.has(request.service) ? status() : Status.SERVICE_UNKNOWN };
-      if (options.shutdown.aborted) return;
-      const stoppedBy = await firstAbort(options.shutdown, context.signal);
-      if (stoppedBy === options.shutdown) yield { status: Status.NOT_SERVING };
+      if (watchers.size >= maxWatches) {
+        throw new ConnectError(`${maxWatches} health watches are open already; poll Check instead`, Code.ResourceExhausted);
+      }
+      let wake = () => {};
+      const woken = new Promise<"shutdown" | "client">((resolve) => {
+        wake = () => resolve("shutdown");
+        context.signal.addEventListener("abort", () => resolve("client"), { once: true });
+      });
+      watchers.add(wake);
+      try {
+        const first = known.has(request.service) ? status() : Status.SERVICE_UNKNOWN;
+        yield { status: first };
+        if (context.signal.aborted) return;
+        // Shutdown may have begun while the first answer waited to be taken.
+        const endedBy = options.shutdown.aborted ? "shutdown" : await woken;
+        if (endedBy === "shutdown" && first !== Status.NOT_SERVING) yield { status: Status.NOT_SERVING };
+      } finally {
+        watchers.delete(wake);
+      }
     },
   };
-}
-
-function firstAbort(...signals: AbortSignal[]): Promise<AbortSignal> {
-  return new Promise((resolve) => {
-    const controller = new AbortController();
-    for (const signal of signals) {
-      if (signal.aborted) {
-        resolve(signal);
-        return;
-      }
-      signal.addEventListener(
-        "abort",
-        () => {
-          controller.abort();
-          resolve(signal);
-        },
-        { once: true, signal: controller.signal },
-      );
-    }
-  });
 }
