@@ -157,6 +157,14 @@ export class HttpServer {
         writeJsonError(res, Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
         return;
       }
+      if (clientWentAway(req, e)) {
+        // The client closed the connection (or reset the stream) while its body was being read:
+        // nobody to answer, and not the server's fault; an error line each made noise any client
+        // could cause (256 lines for one HTTP/2 connection that dropped its streams).
+        this.options.log.info({ requestId, path }, "request abandoned by the client before its body arrived");
+        res.destroy();
+        return;
+      }
       this.options.log.error({ err: e, requestId, path }, "request failed");
       writeJsonError(res, Code.Internal, "internal error");
     });
@@ -297,4 +305,11 @@ function toOriginForm(req: NodeRequest): void {
   if (schemeAndAuthority === undefined) return;
   const rest = target.slice(schemeAndAuthority.length);
   req.url = rest.startsWith("/") ? rest : `/${rest}`;
+}
+
+/** True when reading the request failed because the client went away (its connection or stream closed early). */
+function clientWentAway(req: NodeRequest, error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  const aborted = code === "ECONNRESET" || code === "ERR_STREAM_PREMATURE_CLOSE" || (error instanceof Error && error.message === "aborted");
+  return aborted && (req.destroyed || req.aborted);
 }
