@@ -108,6 +108,10 @@ describe("page_size on GET listings", () => {
     ["page_size=250", "?page_size=250", 100],
     ["the JSON name pageSize=3", "?pageSize=3", 10],
     ["the JSON name pageSize=250", "?pageSize=250", 100],
+    ["page_size beyond int32", "?page_size=99999999999", 100],
+    ["page_size below int32", "?page_size=-99999999999", 10],
+    ["an empty page_size (the default)", "?page_size=", 25],
+    ["an empty page_size and page_token", "?page_size=&page_token=", 25],
   ])("returns the clamped number of items for %s", async (_, query, expected) => {
     const page = await entitlementsPage(appId, query);
     expect(page.status).toBe(200);
@@ -115,7 +119,7 @@ describe("page_size on GET listings", () => {
     expect(page.nextPageToken).not.toBe("");
   });
 
-  it.each([["abc"], ["1.5"], ["99999999999"], [""]])("answers 400 invalid_argument to page_size=%s", async (value) => {
+  it.each([["abc"], ["1.5"], ["1e400"], [" 12"]])("answers 400 invalid_argument to page_size=%s", async (value) => {
     const res = await server.call("GET", `/api/v1/apps/${appId}/entitlements?page_size=${value}`);
     expect(res.status).toBe(400);
     const body = (await res.json()) as { code: string; message: string };
@@ -269,6 +273,9 @@ describe("POST /api/v1/search/users (page fields in the body)", () => {
     ["page_size 3", { page_size: 3 }, 10],
     ["pageSize 250", { pageSize: 250 }, 100],
     ["page_size 250", { page_size: 250 }, 100],
+    ["pageSize beyond int32", { pageSize: 99999999999 }, 100],
+    ["page_size beyond int32, as a string", { page_size: "99999999999" }, 100],
+    ["pageSize below int32", { pageSize: -1e12 }, 10],
   ])("returns the clamped number of items for %s", async (_, paging, expected) => {
     const page = await search({ query: prefix, ...paging });
     expect(page.status).toBe(200);

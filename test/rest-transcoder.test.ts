@@ -119,6 +119,25 @@ describe("request bodies", () => {
     expect(error.body.message).toContain("userID");
   });
 
+  it("answers 400 to a body that gives a key twice, on REST and Connect alike", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const userId = await createUser(server);
+    const twice = `{"userId":"nobody","userId":"${userId}"}`;
+    for (const path of [ownersPath(appId, entitlementId), "/svc.api.app.v1.AppEntitlementOwners/Add"]) {
+      const body = path.startsWith("/api") ? twice : `{"appId":"${appId}","entitlementId":"${entitlementId}",${twice.slice(1)}`;
+      const error = await jsonError(await server.call("POST", path, body));
+      expect(error.status).toBe(400);
+      expect(error.body.code).toBe("invalid_argument");
+      expect(error.body.message).toContain('duplicate object key "userId"');
+    }
+    // A key spelled with an escape is the same key.
+    const nested = await server.call("POST", "/api/v1/users", '{"displayName":"Ada","displayN\u0061me":"Bob"}');
+    expect(nested.status).toBe(400);
+    const owners = await server.call("GET", ownersPath(appId, entitlementId));
+    expect(((await owners.json()) as { list: unknown[] }).list).toEqual([]);
+  });
+
   it("answers 400 to a body that is not a JSON object", async () => {
     for (const body of ["[]", '"text"', "42", "null"]) {
       const res = await server.call("POST", "/api/v1/users", body);

@@ -1,5 +1,6 @@
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import {
+  fromJsonString,
   ScalarType,
   type DescField,
   type DescMessage,
@@ -40,8 +41,10 @@ export interface RestTranscoderOptions {
  * route is written by hand.
  *
  * The request message is assembled as proto3 JSON (body, then path variables, then query
- * parameters) and handed to the handler already parsed, so it is decoded exactly once, by
- * protobuf-es, which refuses unknown fields and wrong types with invalid_argument (400).
+ * parameters) and handed to the handler already parsed; protobuf-es decodes it and refuses
+ * unknown fields and wrong types with invalid_argument (400), as for Connect. A body is also run
+ * through protobuf-es's string decoder first, for the one check JSON.parse cannot make (a key
+ * given twice).
  */
 export class RestTranscoder {
   private readonly routes: RestRoute[];
@@ -109,6 +112,7 @@ export class RestTranscoder {
       if (queryStart !== -1) {
         applyQuery(message, match.route, new URLSearchParams(url.slice(queryStart + 1)));
       }
+      clampPageSizeToInt32(message, match.route.rpc.input);
     } catch (e) {
       if (e instanceof BodyTooLargeError) {
         writeJsonError(res, Code.ResourceExhausted, e.message, 413);
@@ -163,15 +167,17 @@ export class RestTranscoder {
     }
     const bytes = await readBody(req, this.options.maxBodyBytes);
     if (bytes.length === 0) return {};
+    const text = bytes.toString("utf8");
     let parsed: unknown;
     try {
-      parsed = JSON.parse(bytes.toString("utf8"));
+      parsed = JSON.parse(text);
     } catch (e) {
       throw new RestRequestError(`request body is not valid JSON: ${(e as Error).message}`);
     }
     if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) {
       throw new RestRequestError("request body must be a JSON object");
     }
+    refuseDuplicateKeys(route.rpc.input, text);
     return parsed as JsonObject;
   }
 }
@@ -277,6 +283,9 @@ function setField(
     }
     if (values.length > 1) throw new RestRequestError(`${source} parameter ${shown} is given more than once`);
     const value = values[0] ?? "";
+    // `?page_size=` (a form or SDK that writes unset fields empty): the field's default, as an
+    // absent one, like the empty `page_token=` that asks for the first page (spec 4.3 rule 4).
+    if (value === "" && field.fieldKind === "scalar" && field.scalar !== ScalarType.STRING && field.scalar !== ScalarType.BYTES) return;
     if (field.fieldKind === "scalar") target[field.jsonName] = textToJson(field.scalar, value);
     else if (field.fieldKind === "enum") target[field.jsonName] = textToJson("enum", value);
     else if (field.fieldKind === "message" && field.message.typeName.startsWith("google.protobuf.")) {
@@ -284,6 +293,42 @@ function setField(
       target[field.jsonName] = value;
     } else throw new RestRequestError(`${source} parameter ${shown} cannot be set from text`);
     return;
+  }
+}
+
+/**
+ * A JSON body may give a field twice (`{"userId":"a","userId":"b"}`): JSON.parse keeps the last
+ * silently, while Connect's decoder refuses it. REST refuses it too, with protobuf-es's own check
+ * (its string decoder; the message it builds is thrown away, the handler decodes the assembled one).
+ */
+function refuseDuplicateKeys(input: DescMessage, text: string): void {
+  try {
+    fromJsonString(input, text, { ignoreUnknownFields: true });
+  } catch (e) {
+    const message = (e as Error).message;
+    if (message.includes("duplicate object key")) throw new RestRequestError(message);
+    // Any other fault of the body is the handler's to name, in its own words.
+  }
+}
+
+const int32Max = 2 ** 31 - 1;
+const int32Min = -(2 ** 31);
+
+/**
+ * Spec 4.3: a `page_size` above 100 returns 100 items, below 10 returns 10, whatever the integer.
+ * The contract's field is an int32, so an integer beyond its range (`?page_size=99999999999`)
+ * would be refused by the decoder; REST callers get it clamped like any other large size. Not a
+ * number, or not an integer: left for the decoder to refuse.
+ */
+function clampPageSizeToInt32(message: JsonObject, input: DescMessage): void {
+  const field = input.fields.find((f) => f.name === "page_size");
+  if (field === undefined) return;
+  for (const key of new Set([field.jsonName, field.name])) {
+    const given = message[key];
+    const value = typeof given === "string" && /^-?\d+$/.test(given) ? Number(given) : given;
+    if (typeof value !== "number" || !Number.isInteger(value)) continue;
+    if (value > int32Max) message[key] = int32Max;
+    else if (value < int32Min) message[key] = int32Min;
   }
 }
 
