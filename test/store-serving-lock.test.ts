@@ -1,4 +1,4 @@
-import { readdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, linkSync, readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { configDefaults } from "../src/config.js";
@@ -34,6 +34,26 @@ describe("one process serves a database", () => {
     await first.close();
     const third = await startTestServer({ database });
     await third.close();
+  });
+
+  it("finds the same lock through a symbolic link to the database file, and refuses a database with a second hard link", async () => {
+    const database = tempDatabase();
+    const first = await startTestServer({ database });
+    const alias = join(tempDir(), "alias.db");
+    symlinkSync(database, alias);
+    copyFileSync(`${database}.key`, `${alias}.key`);
+    await expect(startAccessd({ ...configDefaults, port: 0, database: alias }, createLogger("silent"))).rejects.toThrow(
+      `another accessd process is using the database ${alias} (it holds ${database}.lock)`,
+    );
+    await first.close();
+
+    const hardLink = join(dirname(database), "second-name.db");
+    linkSync(database, hardLink);
+    for (const name of [database, hardLink]) {
+      await expect(startAccessd({ ...configDefaults, port: 0, database: name }, createLogger("silent"))).rejects.toThrow(
+        `the database ${name} has 2 hard links`,
+      );
+    }
   });
 
   it("names the lock file when something else stands where it should be", async () => {

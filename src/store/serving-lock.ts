@@ -1,4 +1,4 @@
-import { mkdirSync, realpathSync } from "node:fs";
+import { mkdirSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 
@@ -11,11 +11,38 @@ export class DatabaseInUseError extends Error {
 }
 
 /**
- * The lock file beside the database (its folder resolved, so every path to the folder finds the
- * same file). The folder must exist.
+ * The lock file beside the database, named after the database file's real path (symbolic links,
+ * to the file or its folder, resolved), so every name that reaches the file finds the same lock.
+ * The folder must exist; the file need not yet.
  */
 export function servingLockPath(databasePath: string): string {
-  return join(realpathSync(dirname(databasePath)), `${basename(databasePath)}.lock`);
+  let real: string;
+  try {
+    real = realpathSync(databasePath);
+  } catch {
+    real = join(realpathSync(dirname(databasePath)), basename(databasePath)); // a new database
+  }
+  return `${real}.lock`;
+}
+
+/**
+ * A database file with a second hard link: a second name the lock cannot see (a name is all a
+ * path gives), and SQLite finds its WAL by name, so two names of one file can corrupt it (its
+ * "How To Corrupt" page, "multiple links to the same file"). Refused at start.
+ */
+function refuseHardLinks(databasePath: string): void {
+  let links: number;
+  try {
+    links = statSync(databasePath).nlink;
+  } catch {
+    return; // not there yet: the start creates it
+  }
+  if (links > 1) {
+    throw new Error(
+      `the database ${databasePath} has ${links} hard links: SQLite finds a database's WAL by its name, so two names of ` +
+        "one file can corrupt it, and one process could serve each name; keep one name (copy the file, or use a symbolic link)",
+    );
+  }
 }
 
 /**
@@ -34,6 +61,7 @@ export class ServingLock {
   static acquire(databasePath: string): ServingLock {
     if (databasePath === ":memory:") return new ServingLock(undefined);
     mkdirSync(dirname(databasePath), { recursive: true }); // a first start makes the database's folder
+    refuseHardLinks(databasePath);
     const path = servingLockPath(databasePath);
     let lock: BetterSqlite3.Database | undefined;
     try {
