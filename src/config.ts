@@ -76,8 +76,7 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel: parseLogLevel(env, "ACCESSD_LOG_LEVEL") ?? configDefaults.logLevel,
     logBufferBytes: mebibytes(parseInteger(env, "ACCESSD_LOG_BUFFER_MIB", 1, 4096)) ?? configDefaults.logBufferBytes,
     apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
-    requestTimeoutMs:
-      parseDuration(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
+    requestTimeoutMs: parseRequestTimeout(env, "ACCESSD_REQUEST_TIMEOUT") ?? configDefaults.requestTimeoutMs,
     testStepDelayMs: parseInteger(env, "ACCESSD_TEST_STEP_DELAY_MS", 0, 60_000) ?? configDefaults.testStepDelayMs,
     bootstrapClient: parseBootstrapClient(env) ?? configDefaults.bootstrapClient,
     tokenTtlMs: parseTokenTtl(env, "ACCESSD_TOKEN_TTL") ?? configDefaults.tokenTtlMs,
@@ -88,6 +87,34 @@ export function loadConfig(env: Env = process.env): Config {
   };
 }
 
+/** Every variable accessd reads; another `ACCESSD_*` name in the environment is most likely a typo. */
+export const configVariables: readonly string[] = [
+  "ACCESSD_HOST",
+  "ACCESSD_PORT",
+  "ACCESSD_DATABASE",
+  "ACCESSD_BASE_URL",
+  "ACCESSD_LOG_LEVEL",
+  "ACCESSD_LOG_BUFFER_MIB",
+  "ACCESSD_REQUEST_TIMEOUT",
+  "ACCESSD_TEST_STEP_DELAY_MS",
+  "ACCESSD_BOOTSTRAP_CLIENT_ID",
+  "ACCESSD_BOOTSTRAP_CLIENT_SECRET",
+  "ACCESSD_TOKEN_TTL",
+  "ACCESSD_TRUSTED_PROXIES",
+  "ACCESSD_JWKS_ALLOW_HTTP",
+  "ACCESSD_EVENT_RETENTION",
+  "ACCESSD_DATA_KEY",
+  "ACCESSD_NEW_DATA_KEY",
+];
+
+/** The `ACCESSD_*` names in `env` that accessd does not read (`ACCESSD_DATA_KYE`): each is warned about at start. */
+export function unknownConfigVariables(env: Env = process.env): string[] {
+  return Object.keys(env)
+    .filter((name) => name.startsWith("ACCESSD_") && !configVariables.includes(name))
+    .sort();
+}
+
+/** An empty value means unset (an `ACCESSD_PORT=` line in an environment file), except for the data keys. */
 function read(env: Env, name: string): string | undefined {
   const value = env[name];
   return value === undefined || value === "" ? undefined : value;
@@ -162,6 +189,20 @@ export function parseDuration(env: Env, name: string): number | undefined {
   }
   const ms = Number(match[1]) * (durationUnits[unit] ?? 1);
   if (ms <= 0) throw new ConfigError(name, "must be longer than zero");
+  if (ms > maxDurationMs) throw new ConfigError(name, `"${value}" is longer than 3650d`);
+  return ms;
+}
+
+/** Ten years: anything longer is a typo (and `99999999999999999999d` would be Infinity). */
+const maxDurationMs = 3650 * 86_400_000;
+
+/**
+ * From 1 second to 24 hours. Shorter cuts ordinary request bodies; longer does not fit Node's
+ * timers (past 2^31-1 ms, about 24.8 days, a timer fires after 1 ms: every body would be cut at once).
+ */
+function parseRequestTimeout(env: Env, name: string): number | undefined {
+  const ms = parseDuration(env, name);
+  if (ms !== undefined && (ms < 1000 || ms > 86_400_000)) throw new ConfigError(name, "must be between 1s and 24h");
   return ms;
 }
 
@@ -184,11 +225,15 @@ function parseBoolean(env: Env, name: string): boolean | undefined {
   throw new ConfigError(name, `"${value}" is not true or false`);
 }
 
-/** 32 bytes written as 64 hex digits or as base64/base64url (43 or 44 characters). */
 /** A 32-byte key written as 64 hex digits or base64url (ACCESSD_DATA_KEY, and rotate-data-key's ACCESSD_NEW_DATA_KEY). */
 export function parseDataKey(env: Env, name: string): Buffer | undefined {
-  const value = read(env, name);
+  const value = env[name];
   if (value === undefined) return undefined;
+  if (value.trim() === "") {
+    // `ACCESSD_DATA_KEY=$KEY` with KEY unset: taken as unset, a new database would get a key file
+    // of its own, and the key meant for it would not open it later.
+    throw new ConfigError(name, "is set but empty: give the key, or unset the variable to use the key file");
+  }
   const key = /^[0-9a-fA-F]{64}$/.test(value)
     ? Buffer.from(value, "hex")
     : /^[A-Za-z0-9_+/-]{43}=?$/.test(value)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { ConfigError, configDefaults, loadConfig } from "../src/config.js";
-import { spawnCli } from "./support/spawn-cli.js";
+import { ConfigError, configDefaults, loadConfig, unknownConfigVariables } from "../src/config.js";
+import { listeningPort, spawnCli } from "./support/spawn-cli.js";
 
 describe("loadConfig", () => {
   it("defaults to 127.0.0.1:8080 with ./data/accessd.db when no ACCESSD_* variable is set", () => {
@@ -54,6 +54,16 @@ describe("loadConfig", () => {
     ["ACCESSD_LOG_LEVEL", "loud"],
     ["ACCESSD_REQUEST_TIMEOUT", "30"],
     ["ACCESSD_REQUEST_TIMEOUT", "0s"],
+    // Past 2^31-1 ms Node fires a timer after 1 ms: every request body would be cut at once.
+    ["ACCESSD_REQUEST_TIMEOUT", "30d"],
+    ["ACCESSD_REQUEST_TIMEOUT", "25h"],
+    ["ACCESSD_REQUEST_TIMEOUT", "1ms"],
+    ["ACCESSD_REQUEST_TIMEOUT", "999ms"],
+    ["ACCESSD_EVENT_RETENTION", "3651d"],
+    ["ACCESSD_EVENT_RETENTION", `${"9".repeat(400)}d`],
+    // `ACCESSD_DATA_KEY=$KEY` with KEY unset must not mean "make a key file".
+    ["ACCESSD_DATA_KEY", ""],
+    ["ACCESSD_DATA_KEY", "  "],
   ])("refuses %s=%j with a ConfigError naming the variable", (variable, value) => {
     let error: unknown;
     try {
@@ -64,6 +74,34 @@ describe("loadConfig", () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as ConfigError).variable).toBe(variable);
     expect((error as ConfigError).message.startsWith(`${variable}: `)).toBe(true);
+  });
+});
+
+describe("limits of the durations", () => {
+  it("takes a request timeout from 1s to 24h and a retention up to 3650d", () => {
+    expect(loadConfig({ ACCESSD_REQUEST_TIMEOUT: "1s" }).requestTimeoutMs).toBe(1000);
+    expect(loadConfig({ ACCESSD_REQUEST_TIMEOUT: "24h" }).requestTimeoutMs).toBe(86_400_000);
+    expect(loadConfig({ ACCESSD_EVENT_RETENTION: "3650d" }).eventRetentionMs).toBe(3650 * 86_400_000);
+  });
+});
+
+describe("ACCESSD_* names accessd does not read", () => {
+  it("lists them (the server warns about each at start), and no name accessd reads", () => {
+    expect(unknownConfigVariables({ ACCESSD_DATA_KYE: "x", ACCESSD_PORT: "1", ACCESSD_DATA_KEY: "y", PATH: "/bin" })).toEqual([
+      "ACCESSD_DATA_KYE",
+    ]);
+  });
+
+  it("are named in a warning by `accessd serve`, which starts anyway", async () => {
+    const cli = spawnCli(["serve"], { ACCESSD_DATABASE: ":memory:", ACCESSD_PORT: "0", ACCESSD_REQEST_TIMEOUT: "5s" });
+    try {
+      await listeningPort(cli);
+      const warning = cli.stdout().split("\n").find((l) => l.includes("does not read"));
+      expect(JSON.parse(warning ?? "{}")).toMatchObject({ level: 40, variables: ["ACCESSD_REQEST_TIMEOUT"] });
+    } finally {
+      cli.child.kill("SIGTERM");
+      await cli.exited;
+    }
   });
 });
 

@@ -93,6 +93,17 @@ describe("npm start (accessd serve)", () => {
     expect((await second.cli.exited).code).toBe(0);
   });
 
+  it("stops gracefully (exit 0) on a SIGTERM that comes while it is still starting", async () => {
+    const cli = spawnCli(["serve"], { ACCESSD_PORT: "0", ...bootstrap }, tempDir());
+    track(cli);
+    // The bootstrap client's line is written part-way through the start, before the listen.
+    await until("the start is part-way", () => cli.stdout().includes("bootstrap Super Admin client") || cli.child.exitCode !== null, 20_000);
+    cli.child.kill("SIGTERM");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    const messages = cli.stdout().split("\n").filter((l) => l !== "").map((l) => (JSON.parse(l) as { msg: string }).msg);
+    expect(messages.slice(-3)).toEqual(["accessd listening", "shutting down", "accessd stopped"]);
+  });
+
   it("shuts down promptly on SIGTERM while a client holds an idle keep-alive connection", async () => {
     const { cli, url } = await serve(tempDir());
     const agent = new Agent({ keepAlive: true });

@@ -2,10 +2,10 @@
 import { Command } from "commander";
 import { createSuperAdminClient } from "../auth/index.js";
 import { systemClock } from "../clock.js";
-import { ConfigError, loadConfig, parseDataKey } from "../config.js";
+import { ConfigError, loadConfig, parseDataKey, unknownConfigVariables } from "../config.js";
 import { shutdownLogFlushMs } from "../log-output.js";
 import { createLogger, flushLogs } from "../logger.js";
-import { startAccessd } from "../main.js";
+import { type Accessd, startAccessd } from "../main.js";
 import { backupDatabase } from "../store/backup.js";
 import { rotateDataKey } from "../store/data-key-rotation.js";
 import { ServingLock } from "../store/serving-lock.js";
@@ -22,10 +22,18 @@ program
   .action(async () => {
     const config = loadConfigOrExit();
     const log = createLogger(config.logLevel, undefined, { bufferBytes: config.logBufferBytes });
-    const accessd = await startAccessd(config, log).catch(exitOnConfigError);
+    const unknown = unknownConfigVariables();
+    if (unknown.length > 0) log.warn({ variables: unknown }, "ignoring ACCESSD_* variables accessd does not read (a typo?)");
     // The log lines written so far reach stdout before the exit, unless its reader is stuck.
     const exit = (code: number) => void flushLogs(log, shutdownLogFlushMs).then(() => process.exit(code));
+    let accessd: Accessd | undefined;
+    /** A signal that came while the server was starting: it stops as soon as the start is done. */
+    let stopWhenStarted: string | undefined;
     const stop = (signal: string) => {
+      if (accessd === undefined) {
+        stopWhenStarted = signal;
+        return;
+      }
       log.info({ signal }, "shutting down");
       accessd.close().then(
         () => exit(0),
@@ -35,10 +43,14 @@ program
         },
       );
     };
+    // Taken before the start, which listens before it returns: a signal in between (a supervisor
+    // stopping a server it just saw listening) would otherwise end the process ungracefully.
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
     // A closed terminal: stop as gracefully as on SIGTERM (Node's default would end the process mid-request).
     process.once("SIGHUP", () => stop("SIGHUP"));
+    accessd = await startAccessd(config, log).catch(exitOnConfigError);
+    if (stopWhenStarted !== undefined) stop(stopWhenStarted);
   });
 
 program
