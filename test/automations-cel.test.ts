@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import * as compiledExpression from "../src/automations/compiled-expression.js";
-import { maxStepOutputChars } from "../src/automations/json-cel.js";
+import { maxExecutionOutputChars } from "../src/automations/json-cel.js";
+import { StepContext } from "../src/automations/step-context.js";
 import type { ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -215,7 +216,7 @@ describe("a runaway expression", () => {
     expect((await server.call("GET", "/healthz")).status).toBe(200);
   });
 
-  it(`fails a log step whose output would pass ${maxStepOutputChars} characters of JSON, and keeps one that echoes a large trigger`, async () => {
+  it(`fails a log step whose output would pass ${maxExecutionOutputChars} characters of JSON, and keeps one that echoes a large trigger`, async () => {
     const automationId = await createAutomation(server, [
       { name: "echo", log: { messageCel: "ctx.trigger.s" } },
       // 1,600 references to one 300 KB string: a 480 MB output, stored and answered on every Get, without the bound.
@@ -226,8 +227,31 @@ describe("a runaway expression", () => {
     expect(execution.state).toBe("FAILED");
     expect(execution.steps).toEqual([
       { name: "echo", state: "SUCCEEDED", output: s, error: undefined },
-      { name: "repeated", state: "FAILED", output: undefined, error: `messageCel: the output is larger than ${maxStepOutputChars} characters of JSON` },
+      {
+        name: "repeated",
+        state: "FAILED",
+        output: undefined,
+        error: `messageCel: the output would take the execution's step outputs past ${maxExecutionOutputChars} characters of JSON in all (${maxExecutionOutputChars - 300_003} were left)`,
+      },
     ]);
+  });
+
+  it(`bounds the outputs of all the steps of an execution together to ${maxExecutionOutputChars} characters, also across a restart`, async () => {
+    // 100 steps echoing a 1 MB trigger made a 100 MB execution; 25 of them in a page of the
+    // listing exhausted the heap.
+    const steps = Array.from({ length: 10 }, (_, i) => ({ name: `echo${i}`, log: { messageCel: "ctx.trigger.s" } }));
+    const automationId = await createAutomation(server, steps);
+    const s = "s".repeat(300_000);
+    const execution = await executeToEnd(server, automationId, { s });
+    expect(execution.state).toBe("FAILED");
+    expect(execution.steps.map((step) => step.state)).toEqual(["SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "FAILED", ...Array(6).fill("PENDING")]);
+    expect(execution.steps[3]?.error).toBe(
+      `messageCel: the output would take the execution's step outputs past ${maxExecutionOutputChars} characters of JSON in all (${maxExecutionOutputChars - 3 * 300_003} were left)`,
+    );
+    // A resumed execution counts the outputs recorded before the restart (StepContext is rebuilt from them).
+    const context = new StepContext({});
+    for (let i = 0; i < 3; i++) context.addOutput(`echo${i}`, s);
+    expect(context.outputCharsLeft).toBe(maxExecutionOutputChars - 3 * 300_003);
   });
 
   it(`refuses an expression nested more than ${compiledExpression.maxExpressionDepth} levels deep with 400 (a 2,000-term sum overflowed the stack: 500)`, async () => {

@@ -311,6 +311,17 @@ describe("listing executions", () => {
     const other = await server.call("GET", `/api/v1/automation_executions?automation_id=${bad}&page_token=${first.body.nextPageToken}`);
     expect(other.status).toBe(400);
   });
+
+  it("lists executions without their trigger and step outputs, which Get answers", async () => {
+    const echo = await createAutomation([{ name: "echo", log: { messageCel: "ctx.trigger.s" } }]);
+    const { id } = await execute(echo, { s: "x".repeat(1000) });
+    await server.worker.whenIdle();
+    const [listed] = (await list(`automation_id=${echo}`)).body.list;
+    expect(listed).toMatchObject({ id, state: "SUCCEEDED", steps: [{ name: "echo", state: "SUCCEEDED" }] });
+    expect(listed).not.toHaveProperty("trigger");
+    expect(listed?.steps[0]).not.toHaveProperty("output");
+    expect(await getExecution(id)).toMatchObject({ trigger: { s: "x".repeat(1000) }, steps: [{ output: "x".repeat(1000) }] });
+  });
 });
 
 describe("saving automations", () => {

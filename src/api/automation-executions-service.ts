@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AutomationExecution_State, AutomationExecutions } from "../../gen/svc/api/automations/v1/execution_pb.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
-import type { Execution } from "../store/executions-repository.js";
+import type { ExecutionSummary } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
 import { executionMessage, executionStateFromMessage } from "./automation-messages.js";
 import { invalidArgument, notFound, requireField } from "./errors.js";
@@ -24,7 +24,7 @@ export function automationExecutionsService({
         req,
         (after, limit) => store.executions.listAfter(filter, after, limit),
       );
-      const records = store.executions.stepsOf(page.items.map((e) => e.id));
+      const records = store.executions.stepSummariesOf(page.items.map((e) => e.id));
       const stepNames = versionStepNames(store);
       return {
         list: page.items.map((e) => executionMessage(e, stepNames(e), records.get(e.id) ?? [])),
@@ -43,7 +43,7 @@ export function automationExecutionsService({
 }
 
 /** The step names of the version an execution runs; each version is read once per call. */
-function versionStepNames(store: Store): (e: Execution) => string[] {
+function versionStepNames(store: Store): (e: ExecutionSummary) => string[] {
   const byVersion = new Map<string, string[]>();
   return (e) => {
     const key = `${e.automationId}@${e.automationVersion}`;

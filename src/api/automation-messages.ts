@@ -23,7 +23,7 @@ import {
 import type { StepDefinition } from "../automations/step-definition.js";
 import type { TriggerConfig, WebhookAuthMethod as AuthMethod } from "../automations/trigger-config.js";
 import type { Automation as AutomationRecord } from "../store/automations-repository.js";
-import type { Execution, ExecutionState, StepRecord } from "../store/executions-repository.js";
+import type { ExecutionState, ExecutionSummary, StepRecord } from "../store/executions-repository.js";
 import { webhookEndpointUrl } from "../webhooks/endpoint-url.js";
 import { invalidArgument } from "./errors.js";
 
@@ -157,7 +157,15 @@ export function jsonFromValue(value: Value | undefined): JsonValue | undefined {
  * An execution with one entry per step of the version it runs: the recorded ones as stored, the
  * step a RUNNING execution is at as RUNNING, and the ones not reached as PENDING.
  */
-export function executionMessage(e: Execution, stepNames: readonly string[], records: readonly StepRecord[]): AutomationExecution {
+/**
+ * The execution as the API answers it. A listing's executions come without their trigger and
+ * step outputs (ExecutionSummary, and records read without outputs): the message leaves them unset.
+ */
+export function executionMessage(
+  e: ExecutionSummary & { trigger?: JsonValue },
+  stepNames: readonly string[],
+  records: readonly StepRecord[],
+): AutomationExecution {
   const byPosition = new Map(records.map((r) => [r.position, r]));
   const current = records.length;
   return create(AutomationExecutionSchema, {
@@ -165,7 +173,7 @@ export function executionMessage(e: Execution, stepNames: readonly string[], rec
     automationId: e.automationId,
     automationVersion: e.automationVersion,
     state: executionStates[e.state],
-    trigger: fromJson(ValueSchema, e.trigger),
+    trigger: e.trigger === undefined ? undefined : fromJson(ValueSchema, e.trigger),
     steps: stepNames.map((name, position) => {
       const record = byPosition.get(position);
       if (record !== undefined) return stepExecutionMessage(record);

@@ -18,17 +18,20 @@ export function jsonToCel(value: JsonValue): CelInput {
 }
 
 /**
- * The largest step output, in characters of its JSON (counted as it is built, about): the API's
- * request-body limit, so a log step can echo any trigger, but not an expression that repeats one
- * thousands of times (40 x 40 references to a 60 KB string made a 96 MB output that was stored,
- * answered to every Get of the execution and logged; 90 x 90 would pass V8's largest string).
+ * The most characters of JSON (counted as they are built, about) that the step outputs of one
+ * execution may hold together: the API's request-body limit, so a log step can echo any trigger.
+ * Per step it was not enough: 40 x 40 references to a 60 KB string made a 96 MB output, and 100
+ * steps of 1 MiB each a 100 MB execution, answered to every Get and read whole by the listing
+ * that held it (25 such executions in a page exhausted the heap).
  */
-export const maxStepOutputChars = 1024 * 1024;
+export const maxExecutionOutputChars = 1024 * 1024;
 
-/** A step output past maxStepOutputChars. */
+/** A step output past what is left of maxExecutionOutputChars. */
 export class OutputTooLargeError extends Error {
-  constructor() {
-    super(`the output is larger than ${maxStepOutputChars} characters of JSON`);
+  constructor(left: number) {
+    super(
+      `the output would take the execution's step outputs past ${maxExecutionOutputChars} characters of JSON in all (${left} were left)`,
+    );
     this.name = "OutputTooLargeError";
   }
 }
@@ -36,19 +39,36 @@ export class OutputTooLargeError extends Error {
 /**
  * CEL -> JSON, for step outputs: ints and uints become numbers when they fit exactly and decimal
  * strings otherwise, bytes base64, timestamps and durations their proto3 JSON, types their name,
- * non-finite doubles their name ("NaN", "Infinity"). Throws OutputTooLargeError past
- * maxStepOutputChars.
+ * non-finite doubles their name ("NaN", "Infinity"). Throws OutputTooLargeError past `maxChars`
+ * (what is left of the execution's maxExecutionOutputChars).
  */
-export function celToJson(value: CelValue): JsonValue {
-  const budget = { chars: maxStepOutputChars };
-  return toJsonWithin(value, budget);
+export function celToJson(value: CelValue, maxChars = maxExecutionOutputChars): JsonValue {
+  const budget = { chars: maxChars };
+  try {
+    return toJsonWithin(value, budget);
+  } catch (e) {
+    if (e instanceof OutputTooLargeError) throw new OutputTooLargeError(maxChars);
+    throw e;
+  }
+}
+
+/** The characters a JSON value counts against maxExecutionOutputChars (the measure celToJson uses). */
+export function outputChars(json: JsonValue): number {
+  if (typeof json === "string") return json.length + 3;
+  let chars = 8;
+  if (Array.isArray(json)) {
+    for (const item of json) chars += outputChars(item);
+  } else if (json !== null && typeof json === "object") {
+    for (const [key, item] of Object.entries(json)) chars += key.length + 3 + outputChars(item);
+  }
+  return chars;
 }
 
 function toJsonWithin(value: CelValue, budget: { chars: number }): JsonValue {
   const json = convert(value, budget);
   // Strings count their length, everything else a few characters (a number, a bracket, a comma).
   budget.chars -= typeof json === "string" ? json.length + 3 : 8;
-  if (budget.chars < 0) throw new OutputTooLargeError();
+  if (budget.chars < 0) throw new OutputTooLargeError(0);
   return json;
 }
 

@@ -61,7 +61,7 @@ function act(store: Store, now: number, step: StepDefinition, programs: ProgramC
     }
     case "log":
       try {
-        return celToJson(evaluate("messageCel", action.messageCel, programs, context));
+        return celToJson(evaluate("messageCel", action.messageCel, programs, context), context.outputCharsLeft);
       } catch (e) {
         if (e instanceof OutputTooLargeError) throw new StepFailure(`messageCel: ${e.message}`);
         throw e;

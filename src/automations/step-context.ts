@@ -1,6 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import type { CelInput } from "@bufbuild/cel";
-import { jsonToCel } from "./json-cel.js";
+import { jsonToCel, maxExecutionOutputChars, outputChars } from "./json-cel.js";
 
 /**
  * The `ctx` an execution's expressions see: ctx.trigger, and each earlier step's output as
@@ -10,6 +10,7 @@ import { jsonToCel } from "./json-cel.js";
 export class StepContext {
   private readonly ctx = new Map<string, CelInput>();
   private readonly steps = new Map<string, CelInput>();
+  private outputCharsUsed = 0;
 
   constructor(trigger: JsonValue) {
     this.ctx.set("trigger", jsonToCel(trigger));
@@ -17,9 +18,15 @@ export class StepContext {
   }
 
   addOutput(stepName: string, output: JsonValue): void {
+    this.outputCharsUsed += outputChars(output);
     const value = jsonToCel(output);
     this.steps.set(stepName, value);
     this.ctx.set(stepName, value);
+  }
+
+  /** What the execution's next output may still hold, of maxExecutionOutputChars. */
+  get outputCharsLeft(): number {
+    return Math.max(0, maxExecutionOutputChars - this.outputCharsUsed);
   }
 
   get bindings(): ReadonlyMap<string, CelInput> {

@@ -19,6 +19,12 @@ export interface Execution {
   finishedAt: number | undefined;
 }
 
+/**
+ * An execution as a listing shows it: without its trigger (up to the API's 1 MiB request body for
+ * an Execute), so that a page of 100 stays small; Get reads the whole execution.
+ */
+export type ExecutionSummary = Omit<Execution, "trigger">;
+
 /** A finished step of an execution. Steps not yet run have no record. */
 export interface StepRecord {
   position: number;
@@ -37,6 +43,9 @@ export interface ExecutionFilter {
   state: ExecutionState | undefined;
 }
 
+/** The columns of an execution but its trigger (ExecutionSummary). */
+const summaryColumns = "id, automation_id, automation_version, state, event_id, error, created_at, started_at, finished_at";
+
 interface ExecutionRow {
   id: string;
   automation_id: string;
@@ -50,6 +59,8 @@ interface ExecutionRow {
   finished_at: number | null;
 }
 
+type SummaryRow = Omit<ExecutionRow, "trigger">;
+
 interface StepRow {
   execution_id: string;
   position: number;
@@ -61,12 +72,13 @@ interface StepRow {
   finished_at: number;
 }
 
-const toExecution = (row: ExecutionRow): Execution => ({
+const toExecution = (row: ExecutionRow): Execution => ({ ...toSummary(row), trigger: JSON.parse(row.trigger) as JsonValue });
+
+const toSummary = (row: Omit<ExecutionRow, "trigger">): ExecutionSummary => ({
   id: row.id,
   automationId: row.automation_id,
   automationVersion: row.automation_version,
   state: row.state,
-  trigger: JSON.parse(row.trigger) as JsonValue,
   eventId: row.event_id,
   error: row.error,
   createdAt: row.created_at,
@@ -93,7 +105,7 @@ export class ExecutionsRepository {
   private readonly finishStmt;
   private readonly insertStepStmt;
   private readonly stepsStmt;
-  private readonly stepsOfManyStmt;
+  private readonly stepSummariesOfManyStmt;
   private readonly pageAll;
   private readonly pageByAutomation;
   private readonly pageByState;
@@ -141,38 +153,39 @@ export class ExecutionsRepository {
     this.stepsStmt = db.prepare<[string], StepRow>(
       "SELECT * FROM automation_step_executions WHERE execution_id = ? ORDER BY position",
     );
-    this.stepsOfManyStmt = db.prepare<[string], StepRow>(
-      `SELECT * FROM automation_step_executions WHERE execution_id IN (SELECT value FROM json_each(?))
+    this.stepSummariesOfManyStmt = db.prepare<[string], StepRow>(
+      `SELECT execution_id, position, name, state, NULL AS output, error, started_at, finished_at
+       FROM automation_step_executions WHERE execution_id IN (SELECT value FROM json_each(?))
        ORDER BY execution_id, position`,
     );
-    this.pageAll = db.prepare<[string, number], ExecutionRow>(
-      "SELECT * FROM automation_executions WHERE id > ? ORDER BY id LIMIT ?",
+    this.pageAll = db.prepare<[string, number], SummaryRow>(
+      `SELECT ${summaryColumns} FROM automation_executions WHERE id > ? ORDER BY id LIMIT ?`,
     );
-    this.pageByAutomation = db.prepare<[string, string, number], ExecutionRow>(
-      "SELECT * FROM automation_executions WHERE automation_id = ? AND id > ? ORDER BY id LIMIT ?",
+    this.pageByAutomation = db.prepare<[string, string, number], SummaryRow>(
+      `SELECT ${summaryColumns} FROM automation_executions WHERE automation_id = ? AND id > ? ORDER BY id LIMIT ?`,
     );
     // States split in two (migration 005): finished executions are in the (state, id) indexes,
     // unfinished ones only in the worker's queue index. Each statement names its half with the
     // very term of its index's WHERE, so that SQLite may use the partial index.
     this.pageByState = {
-      finished: db.prepare<[string, string, number], ExecutionRow>(
-        `SELECT * FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
+      finished: db.prepare<[string, string, number], SummaryRow>(
+        `SELECT ${summaryColumns} FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
          ORDER BY id LIMIT ?`,
       ),
-      unfinished: db.prepare<[string, string, number], ExecutionRow>(
-        `SELECT * FROM automation_executions INDEXED BY automation_executions_unfinished
+      unfinished: db.prepare<[string, string, number], SummaryRow>(
+        `SELECT ${summaryColumns} FROM automation_executions INDEXED BY automation_executions_unfinished
          WHERE state IN ('PENDING', 'RUNNING') AND state = ? AND id > ? ORDER BY id LIMIT ?`,
       ),
     };
     this.pageByAutomationAndState = {
-      finished: db.prepare<[string, string, string, number], ExecutionRow>(
-        `SELECT * FROM automation_executions WHERE automation_id = ? AND state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
+      finished: db.prepare<[string, string, string, number], SummaryRow>(
+        `SELECT ${summaryColumns} FROM automation_executions WHERE automation_id = ? AND state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
          ORDER BY id LIMIT ?`,
       ),
       // The queue is short: walking it and skipping other automations' executions is cheaper than
       // an index entry more per execution.
-      unfinished: db.prepare<[string, string, string, number], ExecutionRow>(
-        `SELECT * FROM automation_executions INDEXED BY automation_executions_unfinished
+      unfinished: db.prepare<[string, string, string, number], SummaryRow>(
+        `SELECT ${summaryColumns} FROM automation_executions INDEXED BY automation_executions_unfinished
          WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND state = ? AND id > ? ORDER BY id LIMIT ?`,
       ),
     };
@@ -318,16 +331,17 @@ export class ExecutionsRepository {
     return this.stepsStmt.all(executionId).map(toStepRecord);
   }
 
-  /** The step records of several executions at once, by execution id. */
-  stepsOf(executionIds: readonly string[]): Map<string, StepRecord[]> {
+  /** The step records of several executions at once, by execution id, without their outputs (a listing's). */
+  stepSummariesOf(executionIds: readonly string[]): Map<string, StepRecord[]> {
     const byExecution = new Map<string, StepRecord[]>(executionIds.map((id) => [id, []]));
-    for (const row of this.stepsOfManyStmt.all(JSON.stringify(executionIds))) {
+    for (const row of this.stepSummariesOfManyStmt.all(JSON.stringify(executionIds))) {
       byExecution.get(row.execution_id)?.push(toStepRecord(row));
     }
     return byExecution;
   }
 
-  listAfter(filter: ExecutionFilter, after: string | undefined, limit: number): Execution[] {
+  /** A page of executions in id order, without their triggers (ExecutionSummary). */
+  listAfter(filter: ExecutionFilter, after: string | undefined, limit: number): ExecutionSummary[] {
     const from = after ?? "";
     const { automationId, state } = filter;
     const rows =
@@ -338,7 +352,7 @@ export class ExecutionsRepository {
         : state === undefined
           ? this.pageByAutomation.all(automationId, from, limit)
           : this.pageByAutomationAndState[half(state)].all(automationId, state, from, limit);
-    return rows.map(toExecution);
+    return rows.map(toSummary);
   }
 }
 

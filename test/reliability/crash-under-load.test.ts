@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { Store } from "../../src/store/store.js";
-import type { Execution } from "../../src/store/executions-repository.js";
+import type { Execution, ExecutionSummary } from "../../src/store/executions-repository.js";
 import { signHmacWebhook } from "../../src/webhooks/index.js";
 import type { CliProcess } from "../support/spawn-cli.js";
 import { automationLogLines, createHmacListener, serveProcess, until, type ServedProcess } from "../support/served-process.js";
@@ -119,13 +119,15 @@ async function deliver(
 function executionsIn(database: string, automationId: string): { executions: Execution[]; stepStates: Map<string, string[]> } {
   const store = Store.open(database);
   try {
-    const executions: Execution[] = [];
+    const listed: ExecutionSummary[] = [];
     for (;;) {
-      const page = store.executions.listAfter({ automationId, state: undefined }, executions.at(-1)?.id, 500);
-      executions.push(...page);
+      const page = store.executions.listAfter({ automationId, state: undefined }, listed.at(-1)?.id, 500);
+      listed.push(...page);
       if (page.length < 500) break;
     }
-    const steps = store.executions.stepsOf(executions.map((e) => e.id));
+    // A listing leaves the trigger out; each execution is read whole.
+    const executions = listed.map((e) => store.executions.get(e.id)).filter((e) => e !== undefined);
+    const steps = store.executions.stepSummariesOf(executions.map((e) => e.id));
     const stepStates = new Map([...steps].map(([id, records]) => [id, records.map((s) => `${s.name}:${s.state}`)]));
     return { executions, stepStates };
   } finally {

@@ -45,7 +45,7 @@ export type AutomationExecution = Message<"svc.api.automations.v1.AutomationExec
   state: AutomationExecution_State;
 
   /**
-   * ctx.trigger: the webhook body or the Execute context.
+   * ctx.trigger: the webhook body or the Execute context (Get only; a listing leaves it out).
    *
    * @generated from field: google.protobuf.Value trigger = 5;
    */
@@ -144,6 +144,9 @@ export type StepExecution = Message<"svc.api.automations.v1.StepExecution"> & {
   state: StepExecution_State;
 
   /**
+   * What the step produced (Get only; a listing leaves it out). The outputs of an execution's
+   * steps hold at most 1 MiB of JSON together.
+   *
    * @generated from field: google.protobuf.Value output = 3;
    */
   output?: Value | undefined;
@@ -311,6 +314,9 @@ export const GetAutomationExecutionResponseSchema: GenMessage<GetAutomationExecu
  */
 export const AutomationExecutions: GenService<{
   /**
+   * Executions in creation order, without their trigger and step outputs (up to 1 MiB each):
+   * Get answers those.
+   *
    * @generated from rpc svc.api.automations.v1.AutomationExecutions.List
    */
   list: {
