@@ -1,4 +1,5 @@
 import { celError, celList, celMethod, isCelError, isCelList, isCelMap, type CelEnv, type CelFunc, type CelList, type CelResult, type CelValue } from "@bufbuild/cel";
+import { RE2JS } from "@bufbuild/re2";
 
 /**
  * What one evaluation of an expression may do. The worker runs steps on the server's one thread,
@@ -35,6 +36,7 @@ export function resetBudget(): void {
   iterationsLeft = maxComprehensionIterations;
   costLeft = maxEvaluationCost;
   exhausted = undefined;
+  patternsCharged.clear();
 }
 
 /** What the last evaluation used (for tests and measurements). */
@@ -76,6 +78,30 @@ function sizeOf(value: CelValue | undefined): number {
   return 0;
 }
 
+/**
+ * Calls that go through their operands all the way down: equality compares lists and maps
+ * element by element at every level, and a list's `in` compares the value with each element.
+ * Their operands are charged by deepSizeOf: charged by the top level only, comparing two
+ * one-element lists that each held a 240,000-element list cost 9 units and walked 240,000
+ * elements (10,000 such comparisons held the thread 40 s).
+ */
+const readsAllTheWayDown = new Set(["_==_", "_!=_", "@in"]);
+
+/** Deep sizes of lists and maps already measured (values never change once made). */
+const deepSizes = new WeakMap<object, number>();
+
+/** sizeOf, summed over every level of a list or map (each element or entry counted as sizeOf counts it). */
+function deepSizeOf(value: CelValue): number {
+  if (!isCelList(value) && !isCelMap(value)) return sizeOf(value);
+  const known = deepSizes.get(value);
+  if (known !== undefined) return known;
+  let size = sizeOf(value);
+  if (isCelList(value)) for (const element of value) size += deepSizeOf(element);
+  else for (const [key, entry] of value) size += deepSizeOf(key) + deepSizeOf(entry);
+  deepSizes.set(value, size);
+  return size;
+}
+
 /** Operands a call reads without going through them: what `size` counts but a string, the map `in` looks a key up in. */
 const readsInConstantTime: Record<string, ((value: CelValue) => boolean) | undefined> = {
   size: (value) => typeof value !== "string",
@@ -107,7 +133,14 @@ export function meteredCalls(env: CelEnv, selfCharging: ReadonlySet<string>): Ce
   const find = (name: string) => {
     if (!groups.has(name)) {
       const group = resolver.find(name);
-      groups.set(name, group === undefined || selfCharging.has(name) ? group : meteredGroup(group));
+      groups.set(
+        name,
+        group === undefined || selfCharging.has(name)
+          ? group
+          : name === "matches"
+            ? (Object.create(group, { call: { value: meteredMatches } }) as FuncGroup)
+            : meteredGroup(group),
+      );
     }
     return groups.get(name);
   };
@@ -119,13 +152,14 @@ type FuncGroup = NonNullable<ReturnType<CelEnv["funcs"]["find"]>>;
 
 function meteredGroup(group: FuncGroup): FuncGroup {
   const readFree = readsInConstantTime[group.name] ?? (() => false);
+  const sizeOfOperand = readsAllTheWayDown.has(group.name) ? deepSizeOf : sizeOf;
   const call = (id: number, target: CelValue | undefined, args: CelValue[]): CelResult | undefined => {
     if (exhausted !== undefined) return celError(exhausted, id);
     const result = group.call(id, target, args);
     if (result === undefined || isCelError(result)) return result;
     let cost = 1 + sizeOf(result);
-    if (target !== undefined && !readFree(target)) cost += sizeOf(target);
-    for (const arg of args) if (!readFree(arg)) cost += sizeOf(arg);
+    if (target !== undefined && !readFree(target)) cost += sizeOfOperand(target);
+    for (const arg of args) if (!readFree(arg)) cost += sizeOfOperand(arg);
     try {
       charge(cost);
     } catch (e) {
@@ -155,6 +189,83 @@ function linearReplace(original: CelFunc): CelFunc {
     return replaced === found ? edited : edited + search + pieces.slice(replaced + 1).join(search);
   };
   return celMethod(original.name, original.target as never, original.arguments as never, original.result as never, impl as never);
+}
+
+/**
+ * What compiling a `matches` pattern costs, a unit a character times this: RE2JS compiles a
+ * counted repetition into that many copies (`a{1000}`, 7 characters, is 1,000 instructions), and
+ * its compiler spends about 2 us an instruction: up to ~290 us a character of pattern, measured
+ * (bench/README.md, tenth session). Charged on a pattern's first use in an evaluation, so the
+ * same expression on the same input always costs the same, cache or not.
+ */
+export const matchesCompileCostPerCharacter = 5_000;
+
+/**
+ * What running a compiled pattern costs: its text's length (plus one) times its program's
+ * instructions, times this. RE2's automata guarantee time linear in that product; RE2JS spends up
+ * to ~140 ns on each (a pattern such as `(?:a?){1000}a{1000}` on a 1 KB text: 0.42 s), usually far
+ * less (its DFA: ~8 ns).
+ */
+export const matchesRunCostPerStep = 3;
+
+/** Compiled patterns, kept across evaluations: compiling is most of the work of a short match. */
+const compiledPatterns = new Map<string, { regex: RE2JS; instructions: number }>();
+const maxCompiledPatterns = 256;
+/** The patterns this evaluation has paid the compile cost of. */
+const patternsCharged = new Set<string>();
+
+/**
+ * `string.matches(pattern)`, metered: cel-es compiles the pattern with RE2JS on every call and
+ * its cost was not charged (a 19-character pattern held the thread 0.4 s a call, and a 1.5 KB
+ * webhook body with 20 such patterns 7 s). Here the pattern's compilation is charged before it
+ * is compiled (matchesCompileCostPerCharacter), and the match before it runs
+ * (matchesRunCostPerStep); compiled patterns are cached.
+ */
+function meteredMatches(id: number, target: CelValue | undefined, args: CelValue[]): CelResult | undefined {
+  const [pattern] = args;
+  if (typeof target !== "string" || typeof pattern !== "string" || args.length !== 1) return undefined;
+  try {
+    if (exhausted !== undefined) throw new Error(exhausted);
+    if (!patternsCharged.has(pattern)) {
+      charge(1 + pattern.length * matchesCompileCostPerCharacter);
+      patternsCharged.add(pattern);
+    }
+    const compiled = compiledPattern(pattern);
+    charge(1 + (target.length + 1) * compiled.instructions * matchesRunCostPerStep);
+    return compiled.regex.test(target);
+  } catch (e) {
+    return celError(e, id);
+  }
+}
+
+function compiledPattern(pattern: string): { regex: RE2JS; instructions: number } {
+  let compiled = compiledPatterns.get(pattern);
+  if (compiled === undefined) {
+    const regex = RE2JS.compile(pattern); // throws on a bad pattern: the call's error
+    compiled = { regex, instructions: instructionsOf(regex) };
+    if (compiledPatterns.size >= maxCompiledPatterns) compiledPatterns.delete(compiledPatterns.keys().next().value ?? "");
+  } else {
+    compiledPatterns.delete(pattern); // to the end: the least recently used goes first
+  }
+  compiledPatterns.set(pattern, compiled);
+  return compiled;
+}
+
+/**
+ * The size of a compiled pattern's program. RE2JS does not export it; its RE2 object holds the
+ * program (`re2Input.prog.numInst()`, as in RE2's C++ and Go `ProgramSize`). A test pins it, so an
+ * upgrade of @bufbuild/re2 that moves it fails there rather than here.
+ */
+function instructionsOf(regex: RE2JS): number {
+  const program = (regex as unknown as { re2Input?: { prog?: { numInst?: () => number } } }).re2Input?.prog;
+  if (typeof program?.numInst !== "function") throw new Error("@bufbuild/re2 no longer exposes a pattern's program size");
+  return program.numInst();
+}
+
+/** A list or map literal, as built: costs 1 plus its size (the rewritten plan calls it around each literal). */
+export function chargeLiteral<T extends CelValue>(literal: T): T {
+  charge(1 + sizeOf(literal));
+  return literal;
 }
 
 /** Lists built by appendToAccumulator, with the array each one's elements are in. */
