@@ -367,8 +367,31 @@ describe("saving automations", () => {
     ["a repeated step name", [{ name: "a", log: { messageCel: "1" } }, { name: "a", log: { messageCel: "2" } }], 'steps[1].name "a" is used by an earlier step'],
     ["a step without an action", [{ name: "a" }], "steps[0] needs an action: addEntitlementOwner, removeEntitlementOwner or log"],
     ["an empty expression", [{ name: "a", log: { messageCel: " " } }], 'steps[0] ("a").messageCel is required'],
+    ["a step name over 64 characters", [{ name: "n".repeat(65), log: { messageCel: "1" } }], "steps[0].name is longer than 64 characters"],
+    [
+      // 420 levels of `(!` took 3.2 s to refuse (the parser backtracks through every open bracket).
+      "brackets nested more than 32 deep",
+      [{ name: "a", log: { messageCel: "(!".repeat(420) } }],
+      'steps[0] ("a").messageCel: syntax error at 1:65: brackets nested more than 32 deep',
+    ],
+    [
+      "more than 64 KiB of expressions in all",
+      Array.from({ length: 17 }, (_, i) => ({ name: `s${i}`, log: { messageCel: `"${"x".repeat(4_000)}"` } })),
+      "the steps' expressions hold 68034 characters in all: at most 65536",
+    ],
   ])("answers 400 naming the step for %s", async (_, steps, message) => {
     expect(await save(steps)).toEqual(invalid(message));
+  });
+
+  it("accepts brackets 32 deep, and brackets in string literals however many", async () => {
+    const deep = `${"(".repeat(32)}1${")".repeat(32)}`;
+    const quoted = `"${"(".repeat(100)}" + '${"[".repeat(100)}' + r"\\${"{".repeat(100)}" + """${"(".repeat(100)}"""`;
+    const res = await save([
+      { name: "a", log: { messageCel: deep } },
+      { name: "b", log: { messageCel: quoted } },
+      { name: "c", log: { messageCel: `"\\"" + "${"(".repeat(40)}"` } },
+    ]);
+    expect(res).toMatchObject({ status: 200 });
   });
 
   it("accepts macros, comprehension variables, type names and string extensions", async () => {
