@@ -9,7 +9,6 @@ import { StepContext } from "../src/automations/step-context.js";
 import type { ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
-
 async function createAutomation(server: TestServer, steps: unknown[]): Promise<string> {
   const res = await server.call("POST", "/api/v1/automations", { displayName: "CEL", trigger: { manual: {} }, steps });
   expect(res.status).toBe(200);
@@ -288,5 +287,38 @@ describe("a runaway expression", () => {
       steps: [{ name: "sneaky", log: { messageCel } }],
     });
     expect(res.status).toBe(400);
+  });
+});
+
+describe("step outputs with keys JSON treats specially", () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer();
+  });
+  afterAll(() => server.close());
+
+  it('keeps a "__proto__" key, from the trigger and as a step name, in the output (a plain object lost it)', async () => {
+    const automationId = await createAutomation(server, [
+      { name: "__proto__", log: { messageCel: "ctx.trigger" } },
+      { name: "all", log: { messageCel: "ctx.steps" } },
+    ]);
+    const trigger = '{"__proto__":{"x":1},"y":{"__proto__":5}}';
+    const execution = await executeToEnd(server, automationId, JSON.parse(trigger));
+    expect(execution.state).toBe("SUCCEEDED");
+    expect(JSON.stringify(execution.steps[0]?.output)).toBe(trigger);
+    expect(JSON.stringify(execution.steps[1]?.output)).toBe(`{"__proto__":${trigger}}`);
+  });
+
+  it("fails a step whose map has two keys that are one JSON key, rather than keep one of them silently", async () => {
+    const automationId = await createAutomation(server, [{ name: "clash", log: { messageCel: '{true: 1, "true": 2}' } }]);
+    const execution = await executeToEnd(server, automationId, {});
+    expect(execution.steps).toEqual([
+      {
+        name: "clash",
+        state: "FAILED",
+        output: undefined,
+        error: 'messageCel: the output\'s map has two keys written "true" in JSON (keys of different types, such as true and "true")',
+      },
+    ]);
   });
 });

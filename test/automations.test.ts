@@ -272,6 +272,22 @@ describe("automation executions", () => {
   });
 });
 
+describe("Execute with a context that has no JSON form", () => {
+  it("answers 400 to a number beyond a double's range, on REST and Connect (it was a 500), and runs nothing", async () => {
+    const automationId = await createAutomation([{ name: "a", log: { messageCel: "1" } }]);
+    const message = "context holds a number that is not finite (NaN, Infinity, or beyond a double's range such as 1e400)";
+    for (const [path, body] of [
+      [`/api/v1/automations/${automationId}/execute`, '{"context":{"x":[1, 1e400]}}'],
+      [`/api/v1/automations/${automationId}/execute`, '{"context":-1e400}'],
+      ["/svc.api.automations.v1.Automations/Execute", `{"id":"${automationId}","context":{"x":1e400}}`],
+    ] as const) {
+      expect(await answer(await server.call("POST", path, body))).toEqual({ status: 400, body: { code: "invalid_argument", message } });
+    }
+    const listed = await server.call("GET", `/api/v1/automation_executions?automation_id=${automationId}`);
+    expect(((await listed.json()) as { list: unknown[] }).list).toEqual([]);
+  });
+});
+
 describe("listing executions", () => {
   interface Page {
     list: ExecutionJson[];

@@ -149,17 +149,35 @@ export function executionStateFromMessage(state: AutomationExecution_State): Exe
   return found === undefined ? undefined : (found[0] as ExecutionState);
 }
 
-export function jsonFromValue(value: Value | undefined): JsonValue | undefined {
-  return value === undefined ? undefined : toJson(ValueSchema, value);
+/**
+ * A google.protobuf.Value given by a caller as JSON. A number that is not finite (NaN, ±Infinity,
+ * or a JSON number beyond a double's range such as 1e400, which JSON.parse makes Infinity) has no
+ * JSON form: invalid_argument, naming `field` (it was a 500).
+ */
+export function jsonFromValue(value: Value | undefined, field: string): JsonValue | undefined {
+  if (value === undefined) return undefined;
+  if (holdsNonFiniteNumber(value)) {
+    throw invalidArgument(`${field} holds a number that is not finite (NaN, Infinity, or beyond a double's range such as 1e400)`);
+  }
+  return toJson(ValueSchema, value);
+}
+
+function holdsNonFiniteNumber(value: Value): boolean {
+  const pending: Value[] = [value];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const kind = next.kind;
+    if (kind.case === "numberValue" && !Number.isFinite(kind.value)) return true;
+    if (kind.case === "listValue") pending.push(...kind.value.values);
+    if (kind.case === "structValue") pending.push(...Object.values(kind.value.fields));
+  }
+  return false;
 }
 
 /**
  * An execution with one entry per step of the version it runs: the recorded ones as stored, the
- * step a RUNNING execution is at as RUNNING, and the ones not reached as PENDING.
- */
-/**
- * The execution as the API answers it. A listing's executions come without their trigger and
- * step outputs (ExecutionSummary, and records read without outputs): the message leaves them unset.
+ * step a RUNNING execution is at as RUNNING, and the ones not reached as PENDING. A listing's
+ * executions come without their trigger and step outputs (ExecutionSummary, and records read
+ * without outputs): the message leaves them unset.
  */
 export function executionMessage(
   e: ExecutionSummary & { trigger?: JsonValue },

@@ -147,7 +147,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
       const execution = store.transaction(() => {
         const { id: executionId } = enqueueExecution(store, clock.now(), {
           automationId: id,
-          trigger: jsonFromValue(req.context) ?? {},
+          trigger: jsonFromValue(req.context, "context") ?? {},
         });
         // Read back as stored: the trigger as every later Get shows it (JSON text in the store).
         return store.executions.get(executionId);

@@ -36,6 +36,14 @@ export class OutputTooLargeError extends Error {
   }
 }
 
+/** A CEL map whose keys of different types are one JSON key (`{true: 1, "true": 2}`): JSON would keep one silently. */
+export class OutputKeyClashError extends Error {
+  constructor(key: string) {
+    super(`the output's map has two keys written "${key}" in JSON (keys of different types, such as true and "true")`);
+    this.name = "OutputKeyClashError";
+  }
+}
+
 /**
  * CEL -> JSON, for step outputs: ints and uints become numbers when they fit exactly and decimal
  * strings otherwise, bytes base64, timestamps and durations their proto3 JSON, types their name,
@@ -84,9 +92,12 @@ function convert(value: CelValue, budget: { chars: number }): JsonValue {
     return list;
   }
   if (isCelMap(value)) {
-    const object: Record<string, JsonValue> = {};
+    // No prototype: a key such as "__proto__" is a key like any other (on a plain object, setting
+    // it replaced the prototype and the key was lost from the output).
+    const object = Object.create(null) as Record<string, JsonValue>;
     for (const [key, item] of value) {
       const name = isCelUint(key) ? key.value.toString() : String(key);
+      if (Object.hasOwn(object, name)) throw new OutputKeyClashError(name);
       budget.chars -= name.length + 3;
       object[name] = toJsonWithin(item, budget);
     }
