@@ -163,6 +163,18 @@ describe("request bodies", () => {
     expect(((await res.json()) as JsonError).code).toBe("invalid_argument");
   });
 
+  it("answers 400 to a name over 1,000 characters (only the body's size bounded it: a 900 KB name went into every page)", async () => {
+    for (const [path, body] of [
+      ["/api/v1/users", { displayName: "n".repeat(1_001) }],
+      ["/api/v1/apps", { displayName: "n".repeat(1_001) }],
+      ["/api/v1/automations", { displayName: "n".repeat(1_001), trigger: { manual: {} }, steps: [] }],
+    ] as const) {
+      const error = await jsonError(await server.call("POST", path, body));
+      expect(error).toMatchObject({ status: 400, body: { code: "invalid_argument", message: "displayName is longer than 1000 characters" } });
+    }
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "n".repeat(1_000) })).status).toBe(200);
+  });
+
   it("answers 413 to a body larger than the limit", async () => {
     const res = await server.call("POST", "/api/v1/users", { displayName: "x".repeat(10_000) });
     expect(res.status).toBe(413);

@@ -9,7 +9,14 @@ export function invalidArgument(message: string): ConnectError {
 }
 
 /** Refuses an absent or blank required string field, naming it by its JSON name. */
+/**
+ * The most characters a required text field (a name, an id) may hold. Only the 1 MiB request
+ * body bounded them: a 900 KB display name was stored, and every page of its listing carried it.
+ */
+export const maxRequiredFieldLength = 1000;
+
 export function requireField(value: string | undefined, jsonName: string): string {
   if (value === undefined || value.trim() === "") throw invalidArgument(`${jsonName} is required`);
+  if (value.length > maxRequiredFieldLength) throw invalidArgument(`${jsonName} is longer than ${maxRequiredFieldLength} characters`);
   return value;
 }
