@@ -1,6 +1,7 @@
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { PassThrough } from "node:stream";
+import { SignJWT, type JWTPayload } from "jose";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
 import { ManualClock } from "../src/clock.js";
@@ -251,7 +252,7 @@ describe("POST /auth/v1/token with private_key_jwt (RFC 7523)", () => {
     const otherSubject = await signAssertion(key, clientId, tokenUrl, clock.now(), { iss: clientId, sub: "someone-else" });
     const answer = await requestToken(server, { ...params, client_assertion: otherSubject });
     expect(answer.status).toBe(401);
-    expect(answer.body).toEqual({ error: "invalid_client", error_description: "client assertion is invalid" });
+    expect(answer.body).toEqual({ error: "invalid_client", error_description: "unknown client or invalid client_assertion" });
     // The same key, issuer and audience with sub = client id is accepted: sub alone was refused.
     const sameSubject = await signAssertion(key, clientId, tokenUrl, clock.now(), { iss: clientId, sub: clientId });
     expect((await requestToken(server, { ...params, client_assertion: sameSubject })).status).toBe(200);
@@ -274,6 +275,84 @@ describe("POST /auth/v1/token with private_key_jwt (RFC 7523)", () => {
     });
     expect(wrongType.status).toBe(400);
     expect(wrongType.body.error).toBe("invalid_request");
+  });
+});
+
+describe("POST /auth/v1/token: what a failed client_assertion tells", () => {
+  it("answers an unknown client, a client_secret client and a wrong key for a key client alike", async () => {
+    const { clientId } = await keyClient();
+    const stranger = await newClientKey();
+    const cases = [
+      { name: "unknown client", clientId: "nobody" },
+      { name: "client_secret client", clientId: testBootstrapClient.clientId },
+      { name: "key client, another key", clientId },
+    ];
+    for (const { name, clientId: id } of cases) {
+      const answer = await requestToken(server, {
+        grant_type: "client_credentials",
+        client_id: id,
+        client_assertion_type: jwtBearer,
+        client_assertion: await signAssertion(stranger, id, tokenUrl, clock.now()),
+      });
+      expect({ name, status: answer.status, body: answer.body }).toEqual({
+        name,
+        status: 401,
+        body: { error: "invalid_client", error_description: "unknown client or invalid client_assertion" },
+      });
+    }
+  });
+
+  it("answers 401 invalid_client, never 500, to a signed assertion whose jti is not a string of 1 to 256 characters", async () => {
+    const { clientId, key } = await keyClient();
+    const now = Math.floor(clock.now() / 1000);
+    const signWithJti = (jti: unknown) =>
+      // jose types jti as a string; these assertions deliberately carry other types.
+      new SignJWT((jti === undefined ? {} : { jti }) as JWTPayload)
+        .setProtectedHeader({ alg: key.alg })
+        .setIssuer(clientId)
+        .setSubject(clientId)
+        .setAudience(tokenUrl)
+        .setIssuedAt(now)
+        .setExpirationTime(now + 60)
+        .sign(key.privateKey);
+    const jtiRule = "client assertion jti must be a string of 1 to 256 characters";
+    const cases: [string, unknown, string][] = [
+      ["object", { a: 1 }, jtiRule],
+      ["boolean", true, jtiRule],
+      ["array", ["a", "b"], jtiRule],
+      ["number", 7, jtiRule],
+      ["empty", "", jtiRule],
+      ["257 characters", "j".repeat(257), jtiRule],
+      ["missing", undefined, "unknown client or invalid client_assertion"],
+    ];
+    const params = { grant_type: "client_credentials", client_id: clientId, client_assertion_type: jwtBearer };
+    for (const [name, jti, description] of cases) {
+      const answer = await requestToken(server, { ...params, client_assertion: await signWithJti(jti) });
+      expect({ name, status: answer.status, body: answer.body }).toEqual({
+        name,
+        status: 401,
+        body: { error: "invalid_client", error_description: description },
+      });
+    }
+    const longest = await requestToken(server, { ...params, client_assertion: await signWithJti("j".repeat(256)) });
+    expect(longest.status).toBe(200);
+  });
+});
+
+describe("POST /auth/v1/token with a JSON body", () => {
+  it("answers 400 invalid_request to a parameter given twice, as in the form encoding", async () => {
+    const { clientId, clientSecret } = testBootstrapClient;
+    const bodies = [
+      `{"grant_type":"client_credentials","client_id":"nobody","client_id":"${clientId}","client_secret":"${clientSecret}"}`,
+      `{"grant_type":"client_credentials","client_id":"nobody","\\u0063lient_id":"${clientId}","client_secret":"${clientSecret}"}`,
+    ];
+    for (const body of bodies) {
+      const res = await fetch(`${server.url}/auth/v1/token`, { method: "POST", headers: { "content-type": "application/json" }, body });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({ error: "invalid_request", error_description: "a parameter is given more than once" });
+    }
+    const once = await requestToken(server, { grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret }, "json");
+    expect(once.status).toBe(200);
   });
 });
 

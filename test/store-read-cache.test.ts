@@ -62,7 +62,7 @@ describe("store read caches", () => {
     const user = { id: "u1", displayName: "Ada", email: "", username: "", createdAt: 1, updatedAt: 1, roles: [Role.READ_ONLY] };
     store.users.insert(user);
     store.clients.insert({ id: "c1", userId: "u1", displayName: "c", secretHash: "h", publicJwk: undefined, createdAt: 1 });
-    expect(store.clients.principalOf("c1")).toEqual({ userId: "u1", roles: [Role.READ_ONLY] });
+    expect(store.clients.principalOf("c1")).toEqual({ userId: "u1", roles: [Role.READ_ONLY], clientCreatedAt: 1 });
     // Cached: a write behind the repositories' back (never done by the service) is not seen.
     store.db.prepare("UPDATE user_roles SET role = ? WHERE user_id = 'u1'").run(Role.SUPER_ADMIN);
     expect(store.clients.principalOf("c1")?.roles).toEqual([Role.READ_ONLY]);

@@ -1,15 +1,22 @@
-import { createHash, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
-import { SignJWT, UnsecuredJWT } from "jose";
+import { createHash, createPublicKey, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
+import { PassThrough } from "node:stream";
+import { exportJWK, SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ManualClock } from "../src/clock.js";
+import { createLogger } from "../src/logger.js";
+import { JwksCache } from "../src/webhooks/jwks-cache.js";
+import { jwksUnusableMessage, verifyWebhookJwt } from "../src/webhooks/jwt-verification.js";
 import { signJwtWebhook } from "../src/webhooks/index.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import {
   createWebhookAutomation,
   postWebhook,
   startJwtListener,
+  startLoopbackServer,
   unreachableUrl,
   type JwksServer,
   type JwtListener,
+  type LoopbackServer,
   type WebhookAutomation,
 } from "./support/webhook-fixtures.js";
 
@@ -182,5 +189,105 @@ describe("inbound webhooks: JWT listeners", () => {
     } finally {
       await strict.close();
     }
+  });
+});
+
+describe("inbound webhooks: a JWKS that fails", () => {
+  const privateKey = generateKeyPairSync("ed25519").privateKey;
+  let server: TestServer;
+  let keys: LoopbackServer;
+  /** Requests the JWKS host received, per path. */
+  const fetched = new Map<string, number>();
+  /** Whether /recovering serves the key set yet. */
+  let recovered = false;
+
+  beforeAll(async () => {
+    const jwk = { ...(await exportJWK(createPublicKey(privateKey))), kid: "ed1", alg: "EdDSA", use: "sig" };
+    const document = JSON.stringify({ keys: [jwk] });
+    keys = await startLoopbackServer((req, res) => {
+      const path = req.url ?? "";
+      fetched.set(path, (fetched.get(path) ?? 0) + 1);
+      switch (path) {
+        case "/500":
+          return res.writeHead(500, { "content-type": "application/json" }).end("{}");
+        case "/html":
+          return res.writeHead(200, { "content-type": "text/html" }).end("<html>moved</html>");
+        case "/not-a-key-set":
+          return res.writeHead(200, { "content-type": "application/json" }).end('{"keys":"none"}');
+        case "/recovering":
+          if (!recovered) return res.writeHead(503).end();
+          return res.writeHead(200, { "content-type": "application/json" }).end(document);
+        default:
+          return res.writeHead(404).end();
+      }
+    });
+    server = await startTestServer({ jwksAllowHttp: true });
+  });
+  afterAll(async () => {
+    await server.close();
+    await keys.close();
+  });
+
+  const signedFor = async (endpointUrl: string) => {
+    const body = Buffer.from('{"user":"u-7"}');
+    return { body, headers: await signJwtWebhook({ url: endpointUrl, body }, { privateKey, kid: "ed1" }) };
+  };
+
+  async function deliveryReasons(automationId: string): Promise<string[]> {
+    const res = await server.call("GET", `/api/v1/automations/${automationId}/webhook/deliveries?page_size=100`);
+    expect(res.status).toBe(200);
+    return ((await res.json()) as { list: { reason: string }[] }).list.map((d) => d.reason);
+  }
+
+  it("fetches a failing JWKS once for requests within 5 s, and tells the sender only that the JWKS could not be used", async () => {
+    for (const [path, reason] of [
+      ["/500", "jwks_http_status"],
+      ["/html", "jwks_invalid"],
+      ["/not-a-key-set", "jwks_invalid"],
+    ] as const) {
+      const hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: `${keys.url}${path}` });
+      for (let i = 0; i < 3; i++) {
+        const { body, headers } = await signedFor(hook.endpointUrl);
+        const answer = await postWebhook(hook.postUrl, { ...headers }, body);
+        expect({ path, ...answer }).toEqual({ path, status: 401, body: { code: "unauthenticated", message: jwksUnusableMessage } });
+      }
+      expect(fetched.get(path), path).toBe(1);
+      // The delivery log, for the operator, still names what is wrong.
+      expect(await deliveryReasons(hook.id), path).toEqual([reason, reason, reason]);
+    }
+  });
+
+  it("fetches the JWKS again once the 5 s have passed, logs the failure's detail, and keeps a fetched key set", async () => {
+    const clock = new ManualClock(Date.now());
+    let logged = "";
+    const sink = new PassThrough();
+    sink.on("data", (c: Buffer) => (logged += c.toString()));
+    const cache = new JwksCache({}, { clock, log: createLogger("warn", sink) });
+    const endpointUrl = `${server.config.baseUrl}/api/v1/webhooks/incoming/recovering`;
+    const verify = async () => {
+      const { body, headers } = await signedFor(endpointUrl);
+      return verifyWebhookJwt(cache, {
+        authorization: headers.Authorization,
+        jwksUrl: `${keys.url}/recovering`,
+        baseUrl: server.config.baseUrl,
+        endpointUrl,
+        eventId: headers["Webhook-Event-Id"],
+        body,
+        nowMs: Date.now(),
+      });
+    };
+    const refused = { status: 401, reason: "jwks_http_status", message: jwksUnusableMessage };
+    expect(await verify()).toMatchObject(refused);
+    expect(fetched.get("/recovering")).toBe(1);
+    expect(logged).toContain("JWKS fetch failed");
+    expect(logged).toContain("the JWKS URL answered HTTP 503");
+    recovered = true;
+    clock.advance(4_999);
+    expect(await verify()).toMatchObject(refused); // still remembered: not fetched
+    expect(fetched.get("/recovering")).toBe(1);
+    clock.advance(1);
+    expect(await verify()).toBeUndefined();
+    expect(await verify()).toBeUndefined();
+    expect(fetched.get("/recovering")).toBe(2); // the key set fetched is cached as before
   });
 });

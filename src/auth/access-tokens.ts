@@ -33,6 +33,38 @@ export interface IssuedToken {
   expiresIn: number;
 }
 
+/** The client record a token is issued to: its id and when that record was created. */
+export interface TokenClient {
+  id: string;
+  /** Milliseconds, as stored. */
+  createdAt: number;
+}
+
+/** What a valid token says about the client it was issued to. */
+export interface VerifiedToken {
+  clientId: string;
+  /**
+   * The `createdAt` of the client record the token was issued to (the `client_created_at`
+   * claim); undefined for a token issued before the claim existed.
+   */
+  clientCreatedAt: number | undefined;
+  /** The `iat` claim, in seconds. */
+  issuedAt: number;
+}
+
+/**
+ * True when the token was issued to this very client record and not to an earlier one with the
+ * same id (deleted, then re-created): deleting a client ends its tokens for good. The creation
+ * time in the token tells records apart to the millisecond, so a token issued in the second its
+ * client was created still works while one from before a re-creation in that second does not. A
+ * token without the claim falls back to its `iat`, which has only whole seconds: it is refused
+ * when issued in a second before the record's.
+ */
+export function isIssuedToClientRecord(token: VerifiedToken, clientCreatedAt: number): boolean {
+  if (token.clientCreatedAt !== undefined) return token.clientCreatedAt === clientCreatedAt;
+  return token.issuedAt >= Math.floor(clientCreatedAt / 1000);
+}
+
 /** A bearer token that is missing its parts, foreign, tampered with or expired. */
 export class InvalidAccessTokenError extends Error {
   constructor(reason: string) {
@@ -44,6 +76,11 @@ export class InvalidAccessTokenError extends Error {
 const algorithm = "EdDSA";
 /** RFC 9068 JWT access tokens. */
 const tokenType = "at+jwt";
+/**
+ * Names the client record a token was issued to (see isIssuedToClientRecord): `iat` alone cannot
+ * tell apart records created within one second of each other.
+ */
+const clientCreatedAtClaim = "client_created_at";
 
 interface KeyPair {
   kid: string;
@@ -59,11 +96,11 @@ interface KeyPair {
  */
 export class AccessTokens {
   /**
-   * Tokens already verified -> (client id, expiry): a signature check costs ~250 µs, a map hit
-   * nothing. Expiry is still checked on every hit; the client's existence is checked by the
-   * caller on every request, so a deleted client's cached token still fails at once.
+   * Tokens already verified -> what they say and their expiry: a signature check costs ~250 µs, a
+   * map hit nothing. Expiry is still checked on every hit; the client's existence is checked by
+   * the caller on every request, so a deleted client's cached token still fails at once.
    */
-  private readonly verified = new Map<string, { clientId: string; expiresAtMs: number }>();
+  private readonly verified = new Map<string, { token: VerifiedToken; expiresAtMs: number }>();
   private static readonly maxCached = 10_000;
 
   private constructor(
@@ -110,14 +147,14 @@ export class AccessTokens {
     return new AccessTokens(newest, new Map(pairs.map((p) => [p.kid, p.publicKey])), options);
   }
 
-  async issue(clientId: string): Promise<IssuedToken> {
+  async issue(client: TokenClient): Promise<IssuedToken> {
     const nowSeconds = Math.floor(this.options.clock.now() / 1000);
     const expiresIn = Math.max(1, Math.floor(this.options.ttlMs / 1000));
-    const accessToken = await new SignJWT({ client_id: clientId })
+    const accessToken = await new SignJWT({ client_id: client.id, [clientCreatedAtClaim]: client.createdAt })
       .setProtectedHeader({ alg: algorithm, typ: tokenType, kid: this.signer.kid })
       .setIssuer(this.options.baseUrl)
       .setAudience(this.options.baseUrl)
-      .setSubject(clientId)
+      .setSubject(client.id)
       .setIssuedAt(nowSeconds)
       .setExpirationTime(nowSeconds + expiresIn)
       .setJti(randomUUID())
@@ -125,23 +162,23 @@ export class AccessTokens {
     return { accessToken, expiresIn };
   }
 
-  /** The client id the token was issued to; throws InvalidAccessTokenError otherwise. */
-  async verify(token: string): Promise<string> {
+  /** What a valid token says about its client; throws InvalidAccessTokenError otherwise. */
+  async verify(token: string): Promise<VerifiedToken> {
     const cached = this.verified.get(token);
     if (cached !== undefined) {
-      if (this.options.clock.now() < cached.expiresAtMs) return cached.clientId;
+      if (this.options.clock.now() < cached.expiresAtMs) return cached.token;
       this.verified.delete(token);
     }
-    const { clientId, expiresAtMs } = await this.verifySignedToken(token);
-    this.verified.set(token, { clientId, expiresAtMs });
+    const verified = await this.verifySignedToken(token);
+    this.verified.set(token, verified);
     if (this.verified.size > AccessTokens.maxCached) {
       const oldest = this.verified.keys().next();
       if (oldest.done !== true) this.verified.delete(oldest.value);
     }
-    return clientId;
+    return verified.token;
   }
 
-  private async verifySignedToken(token: string): Promise<{ clientId: string; expiresAtMs: number }> {
+  private async verifySignedToken(token: string): Promise<{ token: VerifiedToken; expiresAtMs: number }> {
     try {
       const { payload } = await jwtVerify(token, (header: JWTHeaderParameters) => this.keyFor(header), {
         algorithms: [algorithm],
@@ -152,7 +189,14 @@ export class AccessTokens {
         requiredClaims: ["sub", "exp", "iat"],
       });
       if (typeof payload.sub !== "string" || payload.sub === "") throw new InvalidAccessTokenError("token has no subject");
-      return { clientId: payload.sub, expiresAtMs: (payload.exp ?? 0) * 1000 };
+      const clientCreatedAt = payload[clientCreatedAtClaim];
+      if (clientCreatedAt !== undefined && typeof clientCreatedAt !== "number") {
+        throw new InvalidAccessTokenError("token claims are invalid");
+      }
+      return {
+        token: { clientId: payload.sub, clientCreatedAt, issuedAt: payload.iat ?? 0 },
+        expiresAtMs: (payload.exp ?? 0) * 1000,
+      };
     } catch (e) {
       if (e instanceof InvalidAccessTokenError) throw e;
       throw new InvalidAccessTokenError(describeJoseError(e));

@@ -2,7 +2,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import type { ClientPrincipal } from "../store/clients-repository.js";
-import { InvalidAccessTokenError, type AccessTokens } from "./access-tokens.js";
+import { InvalidAccessTokenError, isIssuedToClientRecord, type AccessTokens, type VerifiedToken } from "./access-tokens.js";
 import { highestRole, principalKey, roleAtLeast, type Principal } from "./principal.js";
 import type { RequiredRoles } from "./required-roles.js";
 
@@ -17,9 +17,9 @@ export interface AuthorizationOptions {
 /**
  * Every RPC, on every protocol (gRPC, gRPC-Web, Connect, and REST through the transcoder), needs
  * `Authorization: Bearer <access token>` of an existing client whose user holds the RPC's role.
- * No, malformed, expired or foreign token, or a deleted client -> unauthenticated (401); a role
- * too low, or an RPC that declares no role -> permission_denied (403). The principal is put in
- * the context values for the services.
+ * No, malformed, expired or foreign token, or a deleted client (also when a client with its id
+ * was created since) -> unauthenticated (401); a role too low, or an RPC that declares no role
+ * -> permission_denied (403). The principal is put in the context values for the services.
  */
 export function authorizationInterceptor(options: AuthorizationOptions): Interceptor {
   return (next) => async (req) => {
@@ -37,15 +37,20 @@ async function authenticate(authorization: string | null, options: Authorization
   const match = /^Bearer +([A-Za-z0-9._~+/-]+=*)$/i.exec(authorization.trim());
   const token = match?.[1];
   if (token === undefined) throw unauthenticated("Authorization header must be Bearer <access token>", true);
-  let clientId: string;
+  let verified: VerifiedToken;
   try {
-    clientId = await options.tokens.verify(token);
+    verified = await options.tokens.verify(token);
   } catch (e) {
     if (e instanceof InvalidAccessTokenError) throw unauthenticated(e.message, true);
     throw e;
   }
+  const { clientId } = verified;
   const found = options.principalOf(clientId);
-  if (found === undefined) throw unauthenticated("the client of this token no longer exists", true);
+  // A client deleted and re-created with the same id (the bootstrap client) is another client:
+  // the tokens of the deleted one stay dead.
+  if (found === undefined || !isIssuedToClientRecord(verified, found.clientCreatedAt)) {
+    throw unauthenticated("the client of this token no longer exists", true);
+  }
   return { clientId, userId: found.userId, roles: found.roles, role: highestRole(found.roles) };
 }
 

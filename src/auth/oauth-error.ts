@@ -8,15 +8,29 @@ export type OAuthErrorCode = "invalid_request" | "invalid_client" | "unsupported
 
 /** A token-endpoint failure, answered as `{"error", "error_description"}`. */
 export class OAuthError extends Error {
+  /** What the server log says; more precise than `description` where the caller is told less. */
+  readonly logReason: string;
+
   constructor(
     readonly error: OAuthErrorCode,
     readonly description: string,
     readonly status: number = statusOf(error),
     readonly headers: Record<string, string> = {},
+    logReason?: string,
   ) {
     super(`${error}: ${description}`);
     this.name = "OAuthError";
+    this.logReason = logReason ?? description;
   }
+}
+
+/**
+ * invalid_client whose description is the same for several causes on purpose (an unknown client
+ * answers like a wrong credential, so client ids cannot be probed); `logReason` names the cause
+ * for the operator.
+ */
+export function invalidClient(description: string, logReason: string = description): OAuthError {
+  return new OAuthError("invalid_client", description, statusOf("invalid_client"), {}, logReason);
 }
 
 function statusOf(error: OAuthErrorCode): number {

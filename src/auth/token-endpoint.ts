@@ -5,18 +5,29 @@ import type { NodeRequest, NodeResponse } from "../server/json-error.js";
 import { BodyTooLargeError, readBody } from "../server/read-body.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { storeUnavailableHeaders, storeUnavailableMessage } from "../server/store-unavailable.js";
+import type { Client } from "../store/clients-repository.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
+import { SourceIpResolver } from "../webhooks/source-ip.js";
 import type { AccessTokens } from "./access-tokens.js";
-import { jwtBearerAssertionType, verifyClientAssertion } from "./client-assertion.js";
+import { assertionRefusal, jwtBearerAssertionType, verifyClientAssertion } from "./client-assertion.js";
 import { decoyHash, verifySecret } from "./client-secret.js";
 import type { FailureLimiter } from "./failure-limiter.js";
-import { OAuthError, writeOAuthError, writeOAuthJson } from "./oauth-error.js";
+import { invalidClient, OAuthError, writeOAuthError, writeOAuthJson } from "./oauth-error.js";
 import { parseTokenRequest, requireParameter, type TokenParameters } from "./token-request.js";
 
 export const tokenPath = "/auth/v1/token";
 
 const maxBodyBytes = 16 * 1024;
+
+/**
+ * No client id is longer: generated ids are UUIDs (36 characters) and ACCESSD_BOOTSTRAP_CLIENT_ID
+ * takes 1 to 128 characters.
+ */
+export const maxClientIdLength = 128;
+
+/** The answer to an unknown client and to a wrong secret alike: client ids cannot be probed. */
+const secretRefusal = "unknown client or wrong client_secret";
 
 export interface TokenEndpointOptions {
   store: Store;
@@ -25,15 +36,19 @@ export interface TokenEndpointOptions {
   clock: Clock;
   baseUrl: string;
   log: Logger;
+  /** CIDRs whose X-Forwarded-For is believed (ACCESSD_TRUSTED_PROXIES), as for webhooks. */
+  trustedProxies: readonly string[];
 }
 
 /**
  * `POST /auth/v1/token`: OAuth 2.0 client credentials (RFC 6749 section 4.4) with the client
  * authenticated in the body only, by client_secret_post or private_key_jwt (RFC 7523). Answers
  * `{access_token, token_type, expires_in}` or an RFC 6749 error, never cached. Failures count
- * per client id and per source address; past the limit the answer is 429 with Retry-After.
+ * per client id and per source address (X-Forwarded-For believed from trusted proxies only), each
+ * attempt from its start; past the limit the answer is 429 with Retry-After.
  */
-export function tokenEndpoint(options: TokenEndpointOptions): RawRoute {
+export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
+  const options: TokenEndpoint = { ...endpointOptions, sourceIp: new SourceIpResolver(endpointOptions.trustedProxies) };
   return {
     path: tokenPath,
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
@@ -48,15 +63,21 @@ export function tokenEndpoint(options: TokenEndpointOptions): RawRoute {
           return;
         }
         if (!(e instanceof OAuthError)) throw e;
-        // The description names the failed check; never the secret, assertion or token.
-        options.log.info({ requestId: facts.requestId, error: e.error, reason: e.description }, "token request refused");
+        // The log names the failed check (more precisely than the answer may); never the secret,
+        // assertion or token.
+        options.log.info({ requestId: facts.requestId, error: e.error, reason: e.logReason }, "token request refused");
         writeOAuthError(res, e);
       }
     },
   };
 }
 
-async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenEndpointOptions) {
+/** The endpoint's options and what is built from them once. */
+interface TokenEndpoint extends TokenEndpointOptions {
+  sourceIp: SourceIpResolver;
+}
+
+async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenEndpoint) {
   if (req.method !== "POST") {
     throw new OAuthError("invalid_request", "the token endpoint takes POST", 405, { allow: "POST" });
   }
@@ -81,20 +102,29 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
   const clientId = requireParameter(params, "client_id");
   const credential = credentialOf(params);
 
-  const keys = [`client:${clientId}`, `address:${facts.peerAddress}`];
-  const retryAfter = options.limiter.retryAfterSeconds(keys);
-  if (retryAfter !== undefined) {
+  // Behind a reverse proxy the TCP peer is the proxy: keyed on it, ten bad requests from anyone
+  // would lock out every client. An id no client can have gets no key of its own (a key per
+  // made-up id would let a flood of long ids fill the memory).
+  const sourceAddress = options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]);
+  const addressKey = `address:${sourceAddress}`;
+  const keys = clientId.length <= maxClientIdLength ? [`client:${clientId}`, addressKey] : [addressKey];
+  const admission = options.limiter.admit(keys);
+  if (!admission.admitted) {
+    const retryAfter = admission.retryAfterSeconds;
     throw new OAuthError("slow_down", `too many failed attempts; retry after ${retryAfter} seconds`, 429, {
       "retry-after": String(retryAfter),
     });
   }
+  let client: Client;
   try {
-    await authenticateClient(clientId, credential, options);
+    client = await authenticateClient(clientId, credential, options);
   } catch (e) {
-    if (e instanceof OAuthError && e.error === "invalid_client") options.limiter.recordFailure(keys);
+    if (e instanceof OAuthError && e.error === "invalid_client") admission.attempt.fail();
     throw e;
+  } finally {
+    admission.attempt.release(); // a success, or a failure of the store: not a guess that failed
   }
-  return options.tokens.issue(clientId);
+  return options.tokens.issue(client);
 }
 
 type Credential = { kind: "secret"; secret: string } | { kind: "assertion"; assertion: string };
@@ -115,18 +145,21 @@ function credentialOf(params: TokenParameters): Credential {
   throw new OAuthError("invalid_request", "client_secret or client_assertion is required");
 }
 
-async function authenticateClient(clientId: string, credential: Credential, options: TokenEndpointOptions): Promise<void> {
+async function authenticateClient(clientId: string, credential: Credential, options: TokenEndpoint): Promise<Client> {
+  if (clientId.length > maxClientIdLength) {
+    // No client has such an id; answered as an unknown client is (without the decoy's cost).
+    throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client_id is longer than any client's");
+  }
   const client = options.store.clients.get(clientId);
   if (credential.kind === "secret") {
     // An unknown client is checked against a decoy hash, so it takes as long as a wrong secret.
     const matches = await verifySecret(credential.secret, client?.secretHash ?? decoyHash);
-    if (client === undefined || client.secretHash === undefined || !matches) {
-      throw new OAuthError("invalid_client", "unknown client or wrong client_secret");
-    }
-    return;
+    if (client === undefined) throw invalidClient(secretRefusal, "unknown client");
+    if (client.secretHash === undefined) throw invalidClient(secretRefusal, "this client authenticates with private_key_jwt");
+    if (!matches) throw invalidClient(secretRefusal, "wrong client_secret");
+    return client;
   }
-  if (client === undefined) throw new OAuthError("invalid_client", "unknown client");
-  await verifyClientAssertion(credential.assertion, client, {
+  return verifyClientAssertion(credential.assertion, client, {
     audiences: [`${options.baseUrl}${tokenPath}`, options.baseUrl],
     clock: options.clock,
     jtis: options.store.assertionJtis,

@@ -1,3 +1,5 @@
+import { fromJsonString } from "@bufbuild/protobuf";
+import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { OAuthError } from "./oauth-error.js";
 
 /** The token request's parameters, from a form-encoded or JSON body; every value a string. */
@@ -41,6 +43,13 @@ function parseJson(text: string): TokenParameters {
   for (const [name, value] of Object.entries(parsed)) {
     if (typeof value !== "string") throw new OAuthError("invalid_request", `parameter ${name} must be a string`);
     params.set(name, value);
+  }
+  // JSON.parse keeps the last of a name given twice; protobuf-es's JSON reader refuses the repeat.
+  // With every value a string, a repeated name is the only thing it can refuse here.
+  try {
+    fromJsonString(StructSchema, text);
+  } catch {
+    throw new OAuthError("invalid_request", "a parameter is given more than once");
   }
   return params;
 }

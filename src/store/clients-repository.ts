@@ -23,6 +23,8 @@ export interface Client {
 export interface ClientPrincipal {
   userId: string;
   roles: Role[];
+  /** The client record's `createdAt`: tells it from an earlier, deleted client with the same id. */
+  clientCreatedAt: number;
 }
 
 interface ClientRow {
@@ -60,8 +62,8 @@ export class ClientsRepository {
     this.getStmt = db.prepare<[string], ClientRow>("SELECT * FROM clients WHERE id = ?");
     this.pageStmt = db.prepare<[string, number], ClientRow>("SELECT * FROM clients WHERE id > ? ORDER BY id LIMIT ?");
     this.deleteStmt = db.prepare<[string]>("DELETE FROM clients WHERE id = ?");
-    this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null }>(
-      `SELECT c.user_id, ${rolesColumn("c.user_id")} FROM clients c WHERE c.id = ?`,
+    this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null; created_at: number }>(
+      `SELECT c.user_id, ${rolesColumn("c.user_id")}, c.created_at FROM clients c WHERE c.id = ?`,
     );
   }
 
@@ -88,7 +90,7 @@ export class ClientsRepository {
     return this.principals.get(clientId, () => {
       const row = this.principalStmt.get(clientId);
       if (row === undefined) return undefined;
-      return { userId: row.user_id, roles: parseRoles(row.roles) };
+      return { userId: row.user_id, roles: parseRoles(row.roles), clientCreatedAt: row.created_at };
     });
   }
 }

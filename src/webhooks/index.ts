@@ -61,7 +61,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     sourceIp: new SourceIpResolver(options.trustedProxies),
     ipRestrictions: new IpRestrictions(),
     hmacKeys: (automationId) => secrets.validKeys(automationId),
-    jwks: new JwksCache(options.jwks),
+    jwks: new JwksCache(options.jwks, { clock, log: options.log }),
     accept: (event, inTransaction) => acceptance.accept(event, inTransaction),
     deliveries: new DeliveryLog(store.webhooks.deliveries, {
       clock,

@@ -1,10 +1,17 @@
-import { createRemoteJWKSet, customFetch, type FetchImplementation, type RemoteJWKSet } from "jose";
+import { createLocalJWKSet, createRemoteJWKSet, customFetch, type FetchImplementation, type JSONWebKeySet, type RemoteJWKSet } from "jose";
+import { systemClock, type Clock } from "../clock.js";
+import type { Logger } from "../logger.js";
 
 export interface JwksCacheOptions {
   /** A fetch (connect, headers and body) that takes longer is abandoned: 401, not a hang. */
   timeoutMs: number;
   /** After a successful fetch, an unknown `kid` triggers a refetch only once this has passed. */
   cooldownMs: number;
+  /**
+   * After a failed fetch, the URL is not fetched again before this has passed: requests meanwhile
+   * are refused for the same reason (jose remembers only successes).
+   */
+  failureCooldownMs: number;
   /** Keys are refetched when older than this. */
   maxAgeMs: number;
   /** A JWKS document larger than this is refused. */
@@ -16,20 +23,32 @@ export interface JwksCacheOptions {
 export const defaultJwksCacheOptions: JwksCacheOptions = {
   timeoutMs: 2_000,
   cooldownMs: 30_000,
+  failureCooldownMs: 5_000,
   maxAgeMs: 10 * 60_000,
   maxBytes: 64 * 1024,
   maxUrls: 1_000,
 };
+
+export interface JwksCacheDeps {
+  /** Times the failure cooldown. */
+  clock: Clock;
+  /** Told each failed fetch, with its detail, for the operator (the sender is told less). */
+  log?: Logger;
+}
 
 /** One jose remote key set per JWKS URL, shared by every listener that names it. */
 export class JwksCache {
   private readonly sets = new Map<string, RemoteJWKSet>();
   private readonly options: JwksCacheOptions;
   private readonly fetchCapped: FetchImplementation;
+  private readonly clock: Clock;
+  private readonly log: Logger | undefined;
 
-  constructor(options: Partial<JwksCacheOptions> = {}) {
+  constructor(options: Partial<JwksCacheOptions> = {}, deps: Partial<JwksCacheDeps> = {}) {
     this.options = { ...defaultJwksCacheOptions, ...options };
     this.fetchCapped = cappedFetch(this.options.maxBytes);
+    this.clock = deps.clock ?? systemClock;
+    this.log = deps.log;
   }
 
   get(url: string): RemoteJWKSet {
@@ -40,12 +59,42 @@ export class JwksCache {
         timeoutDuration: this.options.timeoutMs,
         cooldownDuration: this.options.cooldownMs,
         cacheMaxAge: this.options.maxAgeMs,
-        [customFetch]: this.fetchCapped,
+        [customFetch]: this.fetchRememberingFailure(),
       });
       this.sets.set(url, set);
     }
     return set;
   }
+
+  /**
+   * The capped fetch of one URL, which remembers its last failure for `failureCooldownMs` and
+   * throws it again meanwhile without fetching: otherwise anyone who knows a listener id could
+   * make accessd fetch a failing JWKS once per request.
+   */
+  private fetchRememberingFailure(): FetchImplementation {
+    let failure: { error: unknown; untilMs: number } | undefined;
+    return async (url, init) => {
+      if (failure !== undefined && this.clock.now() < failure.untilMs) throw failure.error;
+      try {
+        const response = await this.fetchCapped(url, init);
+        failure = undefined;
+        return response;
+      } catch (e) {
+        failure = { error: e, untilMs: this.clock.now() + this.options.failureCooldownMs };
+        this.log?.warn(
+          { jwksUrl: withoutCredentials(url), err: e, retryInMs: this.options.failureCooldownMs },
+          "JWKS fetch failed: the webhooks of listeners naming it are refused, without fetching it again, for retryInMs",
+        );
+        throw e;
+      }
+    };
+  }
+}
+
+/** The URL to log: no user info or query, which might hold a credential. */
+function withoutCredentials(url: string): string {
+  const parsed = new URL(url);
+  return `${parsed.origin}${parsed.pathname}`;
 }
 
 export class JwksTooLargeError extends Error {
@@ -73,7 +122,7 @@ export class JwksNotJsonError extends Error {
 
 /**
  * fetch that reads at most `limit` bytes of the body (jose's timeout signal covers the reading
- * too), and names what is wrong with an answer that is not a JSON document, so that the delivery
+ * too), and names what is wrong with an answer that is not a JSON key set, so that the delivery
  * log can tell a JWKS that is down from one that answers badly.
  */
 function cappedFetch(limit: number): FetchImplementation {
@@ -98,11 +147,15 @@ function cappedFetch(limit: number): FetchImplementation {
       }
     }
     const document = Buffer.concat(chunks, size);
+    let json: unknown;
     try {
-      JSON.parse(document.toString("utf8"));
+      json = JSON.parse(document.toString("utf8"));
     } catch {
       throw new JwksNotJsonError();
     }
+    // JSON that is not a key set fails here (JWKSInvalid), as a fetch, so that it is remembered as
+    // one; jose would find it only after the fetch.
+    createLocalJWKSet(json as JSONWebKeySet);
     return new Response(document, { status: response.status, headers: response.headers });
   };
 }

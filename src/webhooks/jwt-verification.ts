@@ -24,7 +24,8 @@ export interface JwtCheckInput {
 
 /**
  * Stage 6 for JWT listeners. Every failure, including a JWKS that cannot be fetched, is a 401
- * with a reason naming the check (`jwt_claim_aud`, `jwks_unreachable`, ...).
+ * with a reason naming the check (`jwt_claim_aud`, `jwks_unreachable`, ...); a JWKS failure is
+ * one message to the sender.
  */
 export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): Promise<Rejection | undefined> {
   const token = bearerToken(input.authorization);
@@ -109,20 +110,21 @@ function rejectionOf(e: unknown): Rejection {
   if (e instanceof errors.JWTInvalid || e instanceof errors.JWSInvalid) {
     return unauthenticated("jwt_malformed", "the bearer token is not a valid JWT");
   }
-  if (e instanceof errors.JWKSTimeout) {
-    return unauthenticated("jwks_timeout", "the listener's JWKS could not be fetched in time");
-  }
+  // The JWKS's own troubles are named in the delivery log (the reason) and the server log, not to
+  // the anonymous sender: "answered HTTP 500" would tell a stranger about the listener's key host.
+  if (e instanceof errors.JWKSTimeout) return jwksUnusable("jwks_timeout");
   if (e instanceof errors.JWKSInvalid || e instanceof errors.JWKInvalid || e instanceof errors.JOSENotSupported) {
-    return unauthenticated("jwks_invalid", "the listener's JWKS holds no usable key for this JWT");
+    return jwksUnusable("jwks_invalid");
   }
-  if (e instanceof JwksTooLargeError) {
-    return unauthenticated("jwks_too_large", `the listener's JWKS document is larger than ${e.limit} bytes`);
-  }
-  if (e instanceof JwksHttpStatusError) {
-    return unauthenticated("jwks_http_status", `the listener's JWKS URL answered HTTP ${e.status}`);
-  }
-  if (e instanceof JwksNotJsonError) {
-    return unauthenticated("jwks_invalid", "the listener's JWKS document is not JSON");
-  }
-  return unauthenticated("jwks_unreachable", "the listener's JWKS could not be fetched");
+  if (e instanceof JwksTooLargeError) return jwksUnusable("jwks_too_large");
+  if (e instanceof JwksHttpStatusError) return jwksUnusable("jwks_http_status");
+  if (e instanceof JwksNotJsonError) return jwksUnusable("jwks_invalid");
+  return jwksUnusable("jwks_unreachable");
+}
+
+/** One message for every JWKS failure; `reason` tells them apart in the delivery log. */
+export const jwksUnusableMessage = "the listener's JWKS could not be used to verify the JWT";
+
+function jwksUnusable(reason: string): Rejection {
+  return unauthenticated(reason, jwksUnusableMessage);
 }

@@ -79,7 +79,7 @@ describe("store unavailable (disk full)", () => {
       // Enough writes to use up the free space left in the pages the database already has.
       let refused: Response | undefined;
       for (let i = 0; i < 200 && refused === undefined; i++) {
-        const res = await server.call("POST", "/api/v1/apps", { displayName: `${"a".repeat(2_000)}${i}` });
+        const res = await server.call("POST", "/api/v1/apps", { displayName: `app ${i}`, description: "a".repeat(2_000) });
         if (res.status !== 200) refused = res;
       }
       expect(refused?.status).toBe(503);
@@ -89,7 +89,7 @@ describe("store unavailable (disk full)", () => {
       const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
         method: "POST",
         headers: { ...server.headers, "content-type": "application/json" },
-        body: JSON.stringify({ displayName: "b".repeat(2_000) }),
+        body: JSON.stringify({ displayName: "b", description: "b".repeat(2_000) }),
       });
       expect(connect.status).toBe(503);
       expect(((await connect.json()) as { code: string }).code).toBe("unavailable");
@@ -109,13 +109,13 @@ describe("store unavailable (disk full)", () => {
       grant_type: "client_credentials",
       client_id: clientId,
       client_assertion_type: jwtBearer,
-      client_assertion: await signAssertion(key, clientId, tokenUrl, Date.now(), { jti: `${"j".repeat(3_000)}${Math.random()}` }),
+      client_assertion: await signAssertion(key, clientId, tokenUrl, Date.now(), { jti: `${"j".repeat(230)}${Math.random()}` }),
     });
     fillTheDisk();
     try {
-      // Long jti values fill the free space left in the pages the database already has.
+      // Long jti values (at most 256 characters) fill the free space left in the pages the database already has.
       let refused: TokenAnswer | undefined;
-      for (let i = 0; i < 100 && refused === undefined; i++) {
+      for (let i = 0; i < 2_000 && refused === undefined; i++) {
         const answer = await requestToken(server, await grant());
         if (answer.status !== 200) refused = answer;
       }

@@ -1,0 +1,120 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { FailureLimiter } from "../src/auth/failure-limiter.js";
+import { ManualClock } from "../src/clock.js";
+import { requestToken, type TokenAnswer } from "./support/auth-helpers.js";
+import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
+
+const clock = new ManualClock(Date.parse("2026-03-01T12:00:00Z"));
+// The limiter's window is a minute: each test starts with none of the others' failures.
+afterEach(() => clock.advance(61_000));
+
+const wrong = { grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: "guess" };
+const right = { ...wrong, client_secret: testBootstrapClient.clientSecret };
+
+function countStatuses(answers: readonly TokenAnswer[]): Record<number, number> {
+  const counts: Record<number, number> = {};
+  for (const { status } of answers) counts[status] = (counts[status] ?? 0) + 1;
+  return counts;
+}
+
+describe("FailureLimiter", () => {
+  it("counts an attempt from its admission, frees its place on release and keeps it on failure", () => {
+    const limiter = new FailureLimiter({ maxFailures: 3, windowMs: 60_000, clock });
+    const admit = () => limiter.admit(["k"]);
+    const attempts = [admit(), admit(), admit()];
+    expect(attempts.map((a) => a.admitted)).toEqual([true, true, true]);
+    expect(admit()).toEqual({ admitted: false, retryAfterSeconds: 1 }); // three in flight, none settled
+    const [first, second, third] = attempts;
+    if (!first?.admitted || !second?.admitted || !third?.admitted) throw new Error("not admitted");
+    first.attempt.release();
+    first.attempt.fail(); // settled already: no effect
+    const fourth = admit();
+    if (!fourth.admitted) throw new Error("not admitted after a release");
+    for (const a of [second, third, fourth]) {
+      a.attempt.fail();
+      a.attempt.release(); // a failure stays counted
+    }
+    expect(admit()).toEqual({ admitted: false, retryAfterSeconds: 60 });
+    clock.advance(60_000);
+    expect(admit().admitted).toBe(true);
+  });
+});
+
+describe("POST /auth/v1/token under parallel guessing", () => {
+  let server: TestServer;
+  beforeAll(async () => {
+    // Trusted proxy: requests without X-Forwarded-For come from 127.0.0.1, the others from its address.
+    server = await startTestServer({ trustedProxies: ["127.0.0.1/32"] }, { clock });
+  });
+  afterAll(() => server.close());
+
+  it("lets only ten of 300 parallel wrong secrets for one client id be tried, and the right one waits after them", async () => {
+    const answers = await Promise.all(Array.from({ length: 300 }, () => requestToken(server, wrong)));
+    expect(countStatuses(answers)).toEqual({ 401: 10, 429: 290 });
+    for (const answer of answers.filter((a) => a.status === 429)) {
+      expect(answer.body.error).toBe("slow_down");
+      expect(Number(answer.headers.get("retry-after"))).toBeGreaterThan(0);
+    }
+    expect((await requestToken(server, right)).status).toBe(429);
+    clock.advance(61_000);
+    expect((await requestToken(server, right)).status).toBe(200);
+  });
+
+  it("lets only ten of 300 parallel guesses from one address be tried, whatever their client ids", async () => {
+    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => requestToken(server, { ...wrong, client_id: `unknown-${i}` })));
+    expect(countStatuses(answers)).toEqual({ 401: 10, 429: 290 });
+  });
+
+  it("lets parallel requests that succeed through: their places are freed when they do", async () => {
+    for (let round = 0; round < 3; round++) {
+      const answers = await Promise.all(Array.from({ length: 10 }, () => requestToken(server, right)));
+      expect(countStatuses(answers)).toEqual({ 200: 10 });
+    }
+  });
+
+  it("refuses a client_id longer than any client's as an unknown client, without a limit of its own", async () => {
+    const longId = "x".repeat(129);
+    const from = (i: number) => ({ "x-forwarded-for": `203.0.113.${i}` });
+    // Eleven failures for one id, each from another address: a real client id would be locked
+    // at the eleventh; this one gets no key (a key per made-up id would fill the memory).
+    for (let i = 0; i < 11; i++) {
+      const answer = await requestToken(server, { ...wrong, client_id: longId }, "form", from(i));
+      expect(answer.status).toBe(401);
+      expect(answer.body).toEqual({ error: "invalid_client", error_description: "unknown client or wrong client_secret" });
+    }
+    // It counts against the source address, as any failure does.
+    for (let i = 0; i < 9; i++) expect((await requestToken(server, { ...wrong, client_id: longId.repeat(100) }, "form", from(0))).status).toBe(401);
+    expect((await requestToken(server, { ...wrong, client_id: longId }, "form", from(0))).status).toBe(429);
+  });
+});
+
+describe("POST /auth/v1/token behind a reverse proxy", () => {
+  it("counts failures per X-Forwarded-For address when the peer is a trusted proxy", async () => {
+    const server = await startTestServer({ trustedProxies: ["127.0.0.1/32"] }, { clock });
+    try {
+      const from = (address: string) => ({ "x-forwarded-for": address });
+      for (let i = 0; i < 10; i++) {
+        expect((await requestToken(server, { ...wrong, client_id: `unknown-${i}` }, "form", from("203.0.113.7"))).status).toBe(401);
+      }
+      expect((await requestToken(server, { ...wrong, client_id: "unknown-10" }, "form", from("203.0.113.7"))).status).toBe(429);
+      // Another client behind the same proxy is not locked out by the first one's failures.
+      expect((await requestToken(server, right, "form", from("198.51.100.9"))).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("ignores X-Forwarded-For from a peer that is not a trusted proxy", async () => {
+    const server = await startTestServer({}, { clock });
+    try {
+      for (let i = 0; i < 10; i++) {
+        const forged = { "x-forwarded-for": `203.0.113.${i}` };
+        expect((await requestToken(server, { ...wrong, client_id: `unknown-${i}` }, "form", forged)).status).toBe(401);
+      }
+      const answer = await requestToken(server, { ...wrong, client_id: "unknown-10" }, "form", { "x-forwarded-for": "198.51.100.9" });
+      expect(answer.status).toBe(429);
+    } finally {
+      await server.close();
+    }
+  });
+});
