@@ -1,5 +1,6 @@
 import type { AddressInfo } from "node:net";
 import type { DescMethod } from "@bufbuild/protobuf";
+import BetterSqlite3 from "better-sqlite3";
 import { registerApiServices } from "./api/index.js";
 import { enqueueExecution, ExecutionWorker, ProgramCache } from "./automations/index.js";
 import {
@@ -26,9 +27,9 @@ import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
 import { ServingLock } from "./store/serving-lock.js";
-import { Store } from "./store/store.js";
+import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
 import { startWebhookHousekeeping } from "./jobs/webhook-housekeeping.js";
-import { checkDataKey, holdsSealedSecrets, resolveDataKey } from "./store/data-key.js";
+import { checkDataKey, holdsSealedSecrets, keyFileModeOpenToOthers, resolveDataKey } from "./store/data-key.js";
 import { createWebhooks } from "./webhooks/index.js";
 
 export interface Accessd {
@@ -63,6 +64,7 @@ export interface StartOptions {
  */
 export async function startAccessd(config: Config, log: Logger, options: StartOptions = {}): Promise<Accessd> {
   if (options.store !== undefined) return startOnStore(config, log, options.store, options, () => {});
+  refuseNonFileDatabase(config.database); // before the lock makes `<folder>.lock` beside a folder
   const lock = ServingLock.acquire(config.database);
   let store: Store | undefined;
   try {
@@ -73,7 +75,9 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   } catch (e) {
     await store?.close();
     lock.release();
-    throw e;
+    // A file damaged past its header opens, and fails the first read of a damaged page
+    // ("database disk image is malformed"): say which file.
+    throw e instanceof BetterSqlite3.SqliteError ? new DatabaseOpenError(config.database, e) : e;
   }
 }
 
@@ -89,6 +93,13 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   // Secrets at rest (webhook secrets, token signing keys) are sealed under the data key; a key that
   // is missing or not the database's stops the start here (ConfigError), before anything is sealed.
   const dataKey = resolveDataKey(config.dataKey, config.database, { holdsSealedSecrets: holdsSealedSecrets(store) });
+  const openMode = dataKey.keyFile === undefined ? undefined : keyFileModeOpenToOthers(dataKey.keyFile);
+  if (openMode !== undefined) {
+    log.warn(
+      { keyFile: dataKey.keyFile, mode: openMode.toString(8).padStart(4, "0") },
+      "the data key file is open to group or others: whoever reads it opens every secret of a copy of the database; make it mode 0600",
+    );
+  }
   const webhooks = createWebhooks({
     store,
     clock,
@@ -156,6 +167,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
         baseUrl: config.baseUrl,
         log,
         limiter: new FailureLimiter({ maxFailures: 10, windowMs: 60_000, clock }),
+        trustedProxies: config.trustedProxies,
       }),
     ],
     ready: () => store.ping(),

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { copyFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
@@ -181,6 +181,45 @@ describe("accessd rotate-data-key", () => {
       finishedEarlierRun: false,
     });
     expect(cli.stderr()).toContain("holds the new key; backups taken before keep the old one with them");
+    await expectServesAsBefore(seeded);
+  });
+
+  it("after a run killed before it wrote its new key (an empty or cut-short .key.next), the next run removes that file, says so, and rotates", async () => {
+    const seeded = await seededDatabase();
+    const keyFile = dataKeyFilePath(seeded.database);
+    const nextFile = nextKeyFilePath(seeded.database);
+    for (const left of ["", randomBytes(32).toString("base64url").slice(0, 20)]) {
+      const oldKey = readFileSync(keyFile, "utf8");
+      writeFileSync(nextFile, left, { mode: 0o600 }); // what a run killed between creating the file and writing it leaves
+      await expectServesAsBefore(seeded); // the key file still opens the database
+
+      const cli = spawnCli(["rotate-data-key"], { ACCESSD_DATABASE: seeded.database });
+      expect(await cli.exited).toEqual({ code: 0, signal: null });
+      expect(JSON.parse(cli.stdout())).toEqual({
+        webhookSecrets: 1,
+        signingKeys: 1,
+        keyFile,
+        finishedEarlierRun: false,
+        discardedNextKeyFile: { path: nextFile, heldAKey: false },
+      });
+      expect(cli.stderr()).toContain(
+        `accessd: ${nextFile} held no key: an earlier run stopped before its commit left it; it was removed and this run rotated the key from the start\n`,
+      );
+      expect(readFileSync(keyFile, "utf8")).not.toBe(oldKey);
+      expect(existsSync(nextFile)).toBe(false);
+      await expectServesAsBefore(seeded);
+    }
+  });
+
+  it("names the file, and changes nothing, when .key.next cannot be read at all", async () => {
+    const seeded = await seededDatabase();
+    const keyFile = dataKeyFilePath(seeded.database);
+    const oldKey = readFileSync(keyFile, "utf8");
+    mkdirSync(nextKeyFilePath(seeded.database));
+    await expect(rotateDataKey(seeded.database, {})).rejects.toThrow(
+      `ACCESSD_DATA_KEY: not set, and the key file ${nextKeyFilePath(seeded.database)} cannot be read: EISDIR: illegal operation on a directory, read`,
+    );
+    expect(readFileSync(keyFile, "utf8")).toBe(oldKey);
     await expectServesAsBefore(seeded);
   });
 });

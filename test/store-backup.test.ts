@@ -1,5 +1,5 @@
-import { randomUUID } from "node:crypto";
-import { existsSync, readdirSync, statSync, writeFileSync } from "node:fs";
+import { randomBytes, randomUUID } from "node:crypto";
+import { existsSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
@@ -8,6 +8,7 @@ import { signHmacWebhook } from "../src/webhooks/index.js";
 import { createHmacListener, serveProcess, type HmacListener } from "./support/served-process.js";
 import { scratch } from "./support/scratch.js";
 import { spawnCli } from "./support/spawn-cli.js";
+import { startTestServer } from "./support/test-server.js";
 
 /**
  * `accessd backup <file>` (README "Operating it"): a copy of the live database taken while the
@@ -120,5 +121,57 @@ describe("accessd backup", () => {
     } finally {
       copied.close();
     }
+  });
+
+  it("refuses, exit 2 with one line naming it, a data key that does not open the database, and writes nothing; the right key backs up", async () => {
+    const dir = tempDir();
+    const database = join(dir, "keyed.db");
+    await (await startTestServer({ database })).close(); // sealed under its key file
+    const keyFile = dataKeyFilePath(database);
+    const copy = join(dir, "copy.db");
+    const written = () => readdirSync(dir).filter((name) => name.startsWith("copy.db"));
+
+    // Another key in ACCESSD_DATA_KEY: before, exit 0, and a copy no key beside it opens.
+    const wrongVariable = spawnCli(["backup", copy], { ACCESSD_DATABASE: database, ACCESSD_DATA_KEY: randomBytes(32).toString("hex") });
+    track(wrongVariable);
+    expect(await wrongVariable.exited).toEqual({ code: 2, signal: null });
+    expect(wrongVariable.stderr().trim().split("\n")).toEqual([
+      "accessd: invalid configuration: ACCESSD_DATA_KEY: ACCESSD_DATA_KEY is not the key the database's secrets are sealed with: " +
+        "a backup kept with it could not be restored; run the backup with the key (or key file) the server starts with",
+    ]);
+    expect(wrongVariable.stdout()).toBe("");
+    expect(written()).toEqual([]);
+
+    // Another key in the key file.
+    renameSync(keyFile, `${keyFile}.right`);
+    writeFileSync(keyFile, `${randomBytes(32).toString("base64url")}\n`, { mode: 0o600 });
+    const wrongFile = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
+    track(wrongFile);
+    expect(await wrongFile.exited).toEqual({ code: 2, signal: null });
+    expect(wrongFile.stderr().trim().split("\n")).toEqual([
+      `accessd: invalid configuration: ACCESSD_DATA_KEY: the key file ${keyFile} is not the key the database's secrets are sealed with: ` +
+        "a backup kept with it could not be restored; run the backup with the key (or key file) the server starts with",
+    ]);
+    expect(written()).toEqual([]);
+
+    renameSync(`${keyFile}.right`, keyFile);
+    const right = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
+    track(right);
+    expect(await right.exited).toEqual({ code: 0, signal: null });
+    expect(written().sort()).toEqual(["copy.db", "copy.db.key"]);
+    await (await startTestServer({ database: copy })).close(); // the copy opens with the key kept beside it
+  });
+
+  it("with ACCESSD_DATA_KEY, backs up a database sealed under that key (and writes no key file)", async () => {
+    const dir = tempDir();
+    const database = join(dir, "variable.db");
+    const dataKey = randomBytes(32);
+    await (await startTestServer({ database, dataKey })).close();
+    const copy = join(dir, "copy.db");
+    const backup = spawnCli(["backup", copy], { ACCESSD_DATABASE: database, ACCESSD_DATA_KEY: dataKey.toString("hex") });
+    track(backup);
+    expect(await backup.exited).toEqual({ code: 0, signal: null });
+    expect(existsSync(dataKeyFilePath(copy))).toBe(false);
+    await (await startTestServer({ database: copy, dataKey })).close();
   });
 });

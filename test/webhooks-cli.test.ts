@@ -1,7 +1,7 @@
 import { generateKeyPairSync, type KeyObject } from "node:crypto";
 import { once } from "node:events";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
+import { createServer, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { decodeJwt, decodeProtectedHeader } from "jose";
@@ -142,3 +142,98 @@ describe("accessd webhook send --aud (a listener reached through another address
     expect(unaddressed.stdout()).toMatch(/^401 \{"code":"unauthenticated","message":"JWT claim (aud|sub) has the wrong value"\}/);
   });
 });
+
+describe("accessd webhook sign|send: what it refuses, and how a send fails", () => {
+  let server: TestServer;
+  let hook: WebhookAutomation;
+
+  beforeAll(async () => {
+    server = await startTestServer();
+    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+  });
+  afterAll(() => server.close());
+
+  const sign = (...args: string[]) => spawnCli(["webhook", "sign", "--url", hook.postUrl, "--data", "{}", ...args], {});
+
+  it("refuses a --timestamp that is not whole Unix seconds (it signed and sent `Webhook-Timestamp: NaN`)", async () => {
+    const refusals = ["abc", "1.5", "-5", "1e9", ""].map((value) => ({ value, cli: sign("--secret", hook.secret, "--timestamp", value) }));
+    for (const { value, cli } of refusals) {
+      expect(await cli.exited, value).toEqual({ code: 1, signal: null });
+      expect(cli.stderr()).toBe(
+        `error: option '--timestamp <seconds>' argument '${value}' is invalid. Expected a Unix time in whole seconds, such as 1767225600.\n`,
+      );
+      expect(cli.stdout()).toBe("");
+    }
+    const old = sign("--secret", hook.secret, "--timestamp", "1700000000"); // any whole seconds, also out of the server's window
+    expect((await old.exited).code).toBe(0);
+    expect(old.stdout()).toContain("Webhook-Timestamp: 1700000000\n");
+  });
+
+  it("refuses an --event-id that is not a UUID v4, the only kind the service accepts", async () => {
+    const refusals = ["abc", "3b241101-e2bb-1255-8caf-4136c566a962"].map((value) => ({ value, cli: sign("--secret", hook.secret, "--event-id", value) }));
+    for (const { value, cli } of refusals) {
+      expect(await cli.exited, value).toEqual({ code: 1, signal: null });
+      expect(cli.stderr()).toBe(
+        `error: option '--event-id <uuid>' argument '${value}' is invalid. ` +
+          "Expected a UUID v4, the only event id the service accepts, such as 3b241101-e2bb-4255-8caf-4136c566a962.\n",
+      );
+    }
+    const given = sign("--secret", hook.secret, "--event-id", "3b241101-e2bb-4255-8caf-4136c566a962");
+    expect((await given.exited).code).toBe(0);
+    expect(given.stdout()).toContain("Webhook-Event-Id: 3b241101-e2bb-4255-8caf-4136c566a962\n");
+  });
+
+  it("refuses an empty --secret, and an empty --secret-file", async () => {
+    const empty = sign("--secret", "");
+    expect(await empty.exited).toEqual({ code: 1, signal: null });
+    expect(empty.stderr()).toBe("accessd: --secret is empty: give the listener's signing secret\n");
+
+    const file = join(keyDir(), "secret");
+    writeFileSync(file, "\n");
+    const emptyFile = sign("--secret-file", file);
+    expect(await emptyFile.exited).toEqual({ code: 1, signal: null });
+    expect(emptyFile.stderr()).toBe(`accessd: --secret-file ${file} is empty: it must hold the listener's signing secret\n`);
+  });
+
+  it("sends with the secret read from --secret-file (kept out of argv), its trailing newline ignored", async () => {
+    const file = join(keyDir(), "secret");
+    writeFileSync(file, `${hook.secret}\n`, { mode: 0o600 });
+    const cli = spawnCli(["webhook", "send", "--url", hook.postUrl, "--data", '{"from":"file"}', "--secret-file", file], {});
+    expect(await cli.exited, cli.stderr()).toEqual({ code: 0, signal: null });
+    expect(cli.stdout()).toMatch(/^200 \{"eventId":"[0-9a-f-]{36}","executionId":"[0-9a-f-]{36}"\}\n$/);
+
+    const both = sign("--secret", hook.secret, "--secret-file", file);
+    expect(await both.exited).toEqual({ code: 1, signal: null });
+    expect(both.stderr()).toBe("accessd: give --secret or --secret-file, not both\n");
+  });
+
+  it("names the cause when it cannot connect (not only `fetch failed`)", async () => {
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}/api/v1/webhooks/incoming/x`;
+    const cli = spawnCli(["webhook", "send", "--url", url, "--data", "{}", "--secret", hook.secret], {});
+    expect(await cli.exited).toEqual({ code: 1, signal: null });
+    expect(cli.stderr()).toBe(`accessd: cannot send to ${url}: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+  });
+
+  it("gives up on a listener that never answers after --timeout seconds (30 by default), saying so", async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket)); // accepts, reads, never answers
+    silent.listen(0, "127.0.0.1");
+    await once(silent, "listening");
+    const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/api/v1/webhooks/incoming/x`;
+    try {
+      const started = Date.now();
+      const cli = spawnCli(["webhook", "send", "--url", url, "--data", "{}", "--secret", hook.secret, "--timeout", "1"], {});
+      expect(await cli.exited).toEqual({ code: 1, signal: null });
+      expect(cli.stderr()).toBe(`accessd: no answer from ${url} within 1 s (--timeout)\n`);
+      expect(Date.now() - started).toBeLessThan(15_000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      silent.close();
+    }
+    const help = spawnCli(["webhook", "send", "--help"], {});
+    await help.exited;
+    expect(help.stdout()).toMatch(/--timeout <seconds> +how long to wait for the answer \(default: 30\)/);
+  });
+});
+

@@ -6,10 +6,10 @@ import { ConfigError, loadConfig, parseDataKey, unknownConfigVariables } from ".
 import { shutdownLogFlushMs } from "../log-output.js";
 import { createLogger, flushLogs } from "../logger.js";
 import { type Accessd, startAccessd } from "../main.js";
-import { backupDatabase } from "../store/backup.js";
+import { backupDatabase, type BackupResult } from "../store/backup.js";
 import { rotateDataKey } from "../store/data-key-rotation.js";
 import { ServingLock } from "../store/serving-lock.js";
-import { Store } from "../store/store.js";
+import { refuseNonFileDatabase, Store } from "../store/store.js";
 import { webhookCommand } from "./webhook-command.js";
 
 const program = new Command()
@@ -60,6 +60,7 @@ program
   )
   .action(async () => {
     const config = loadConfigOrExit();
+    refuseNonFileDatabase(config.database); // before the lock makes a file beside a folder
     const lock = ServingLock.acquire(config.database); // not while a server uses the database
     const store = Store.open(config.database);
     try {
@@ -82,7 +83,12 @@ program
   )
   .action((file: string) => {
     const config = loadConfigOrExit();
-    const result = backupDatabase(config.database, file, { keyFromFile: config.dataKey === undefined });
+    let result: BackupResult;
+    try {
+      result = backupDatabase(config.database, file, { dataKey: config.dataKey });
+    } catch (e) {
+      exitOnConfigError(e); // a data key that does not open the database: exit 2, like the server's start
+    }
     process.stdout.write(`${JSON.stringify(result)}\n`);
     if (result.keyFile === undefined) {
       process.stderr.write("accessd: the data key is ACCESSD_DATA_KEY: keep it with the backup, which cannot be opened without it\n");
@@ -105,6 +111,13 @@ program
     }
     const rotation = await rotateDataKey(config.database, { current: config.dataKey, next }).catch(exitOnConfigError);
     process.stdout.write(`${JSON.stringify(rotation)}\n`);
+    const discarded = rotation.discardedNextKeyFile;
+    if (discarded !== undefined) {
+      process.stderr.write(
+        `accessd: ${discarded.path} ${discarded.heldAKey ? "held a key that sealed nothing" : "held no key"}: ` +
+          "an earlier run stopped before its commit left it; it was removed and this run rotated the key from the start\n",
+      );
+    }
     process.stderr.write(
       rotation.keyFile === undefined
         ? "accessd: start the server with ACCESSD_DATA_KEY set to the new key; the old one no longer opens this database\n"

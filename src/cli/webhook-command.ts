@@ -1,20 +1,29 @@
 import { createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { Command, Option } from "commander";
+import { Command, InvalidArgumentError, Option } from "commander";
+import { checkEventId } from "../webhooks/event-id.js";
 import { algorithmOf, signHmacWebhook, signJwtWebhook, type JwtAlgorithm, type SignedHeaders } from "../webhooks/index.js";
 
 interface SignFlags {
   url: string;
   data: string;
   secret?: string;
+  secretFile?: string;
   key?: string;
   kid?: string;
   alg?: JwtAlgorithm;
   eventId?: string;
-  timestamp?: string;
+  timestamp?: number;
   baseUrl?: string;
   aud?: string;
 }
+
+interface SendFlags extends SignFlags {
+  timeout: number;
+}
+
+/** How long `send` waits for the listener's answer by default, in seconds. */
+const defaultSendTimeoutSeconds = 30;
 
 /** `accessd webhook sign|send`: sign (and send) a webhook the way a sender must, to test an integration. */
 export function webhookCommand(): Command {
@@ -27,41 +36,97 @@ export function webhookCommand(): Command {
     });
   withSigningOptions(webhook.command("send"))
     .description("sign and POST a webhook; prints the status and the answer, exits 1 unless 2xx")
-    .action(async (flags: SignFlags) => {
+    .option("--timeout <seconds>", "how long to wait for the answer", parseTimeout, defaultSendTimeoutSeconds)
+    .action(async (flags: SendFlags) => {
       const { headers, body } = await signedRequest(flags);
-      const response = await fetch(flags.url, { method: "POST", headers: { ...headers }, body });
-      process.stdout.write(`${response.status} ${await response.text()}\n`);
-      if (!response.ok) process.exitCode = 1;
+      const { status, text } = await post(flags.url, headers, body, flags.timeout);
+      process.stdout.write(`${status} ${text}\n`);
+      if (status < 200 || status > 299) process.exitCode = 1;
     });
   return webhook;
+}
+
+/**
+ * POSTs the request and reads the answer, within `timeoutSeconds` for both (a listener that
+ * accepts the connection and never answers would otherwise hold the command for good). A failure
+ * says why: fetch's own message is only "fetch failed", the reason (ECONNREFUSED, a DNS failure)
+ * is in its cause.
+ */
+async function post(url: string, headers: SignedHeaders, body: Buffer, timeoutSeconds: number): Promise<{ status: number; text: string }> {
+  try {
+    const response = await fetch(url, { method: "POST", headers: { ...headers }, body, signal: AbortSignal.timeout(timeoutSeconds * 1000) });
+    return { status: response.status, text: await response.text() };
+  } catch (e) {
+    if (e instanceof DOMException && e.name === "TimeoutError") {
+      throw new Error(`no answer from ${url} within ${timeoutSeconds} s (--timeout)`, { cause: e });
+    }
+    throw new Error(`cannot send to ${url}: ${reasonOf(e)}`, { cause: e });
+  }
+}
+
+/** The innermost useful message of a fetch failure: its cause's, or each attempt's when several addresses were tried. */
+function reasonOf(e: unknown): string {
+  const cause = e instanceof Error && e.cause !== undefined ? e.cause : e;
+  if (cause instanceof AggregateError && cause.errors.length > 0) {
+    return cause.errors.map((inner) => (inner instanceof Error ? inner.message : String(inner))).join("; ");
+  }
+  if (cause instanceof Error) return cause.message || String((cause as NodeJS.ErrnoException).code ?? cause.name);
+  return String(cause);
+}
+
+/** --timestamp: a Unix time in whole seconds, any (one outside the server's window tests its refusal), never text that signs as "NaN". */
+function parseTimestamp(value: string): number {
+  const seconds = Number(value);
+  if (!/^(0|[1-9]\d*)$/.test(value) || !Number.isSafeInteger(seconds)) {
+    throw new InvalidArgumentError("Expected a Unix time in whole seconds, such as 1767225600.");
+  }
+  return seconds;
+}
+
+/**
+ * --event-id: a UUID v4, the only kind the service accepts. The command signs requests the way a
+ * sender must; the service refuses another id before it looks at the signature, so testing that
+ * refusal needs no signing tool (curl).
+ */
+function parseEventId(value: string): string {
+  if (typeof checkEventId(value) !== "string") {
+    throw new InvalidArgumentError("Expected a UUID v4, the only event id the service accepts, such as 3b241101-e2bb-4255-8caf-4136c566a962.");
+  }
+  return value;
+}
+
+/** --timeout: seconds, at most a day (AbortSignal.timeout takes at most 2^32-1 ms). */
+function parseTimeout(value: string): number {
+  const seconds = Number(value);
+  if (!/^\d+(\.\d+)?$/.test(value) || seconds <= 0 || seconds > 86_400) {
+    throw new InvalidArgumentError("Expected a number of seconds above 0, at most 86400.");
+  }
+  return seconds;
 }
 
 function withSigningOptions(command: Command): Command {
   return command
     .requiredOption("--url <url>", "the listener endpoint URL ({base_url}/api/v1/webhooks/incoming/{listener_id})")
     .requiredOption("--data <json>", "the body: JSON text, or @file to read it from a file")
-    .option("--secret <secret>", "HMAC listeners: the signing secret, as given by the service")
+    .option("--secret <secret>", "HMAC listeners: the signing secret, as given by the service (visible to `ps`: see --secret-file)")
+    .option("--secret-file <path>", "HMAC listeners: a file holding the signing secret (one trailing newline is ignored)")
     .option("--key <pem-file>", "JWT listeners: the PEM private key (RSA, EC P-256 or Ed25519)")
     .option("--kid <kid>", "JWT listeners: the key id, as in your JWKS")
     .addOption(new Option("--alg <alg>", "JWT algorithm (default: from the key)").choices(["RS256", "ES256", "EdDSA"]))
-    .option("--event-id <uuid>", "Webhook-Event-Id (default: a new UUID v4)")
-    .option("--timestamp <seconds>", "Webhook-Timestamp (default: now)")
+    .option("--event-id <uuid>", "Webhook-Event-Id, a UUID v4 (default: a new one)", parseEventId)
+    .option("--timestamp <seconds>", "Webhook-Timestamp, Unix time in whole seconds (default: now)", parseTimestamp)
     .option("--aud <url>", "JWT aud: the endpoint URL the service shows, when --url differs (a proxy, a tunnel)")
     .option("--base-url <url>", "JWT sub (default: the aud up to /api/v1/webhooks/incoming/)");
 }
 
 async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders; body: Buffer }> {
   const body = flags.data.startsWith("@") ? readFileSync(flags.data.slice(1)) : Buffer.from(flags.data, "utf8");
-  const request = {
-    url: flags.url,
-    body,
-    eventId: flags.eventId,
-    timestamp: flags.timestamp === undefined ? undefined : Number(flags.timestamp),
-  };
-  if (flags.secret !== undefined && flags.key === undefined) {
-    return { headers: signHmacWebhook(request, flags.secret), body };
+  const request = { url: flags.url, body, eventId: flags.eventId, timestamp: flags.timestamp };
+  const secret = hmacSecret(flags);
+  if (secret !== undefined && flags.key === undefined) {
+    return { headers: signHmacWebhook(request, secret), body };
   }
-  if (flags.key !== undefined && flags.secret === undefined) {
+  if (flags.key !== undefined && secret === undefined) {
     if (flags.kid === undefined) throw new Error("--kid is required with --key");
     const privateKey = createPrivateKey(readFileSync(flags.key));
     const headers = await signJwtWebhook(request, {
@@ -73,5 +138,24 @@ async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders
     });
     return { headers, body };
   }
-  throw new Error("give either --secret (HMAC) or --key and --kid (JWT)");
+  throw new Error("give either --secret or --secret-file (HMAC), or --key and --kid (JWT)");
+}
+
+/** The HMAC secret from --secret or --secret-file; an empty one is refused (it would sign with an empty key). */
+function hmacSecret(flags: SignFlags): string | undefined {
+  if (flags.secret !== undefined && flags.secretFile !== undefined) throw new Error("give --secret or --secret-file, not both");
+  if (flags.secret !== undefined) {
+    if (flags.secret === "") throw new Error("--secret is empty: give the listener's signing secret");
+    return flags.secret;
+  }
+  if (flags.secretFile === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(flags.secretFile, "utf8");
+  } catch (e) {
+    throw new Error(`cannot read --secret-file ${flags.secretFile}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+  const secret = text.replace(/\r?\n$/, ""); // what `echo "$SECRET" > file` adds
+  if (secret === "") throw new Error(`--secret-file ${flags.secretFile} is empty: it must hold the listener's signing secret`);
+  return secret;
 }

@@ -1,8 +1,11 @@
 import { chmodSync, copyFileSync, existsSync, linkSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
-import { dataKeyFilePath } from "./data-key.js";
+import { ConfigError } from "../config.js";
+import { dataKeyFilePath, readKeyFile, sealedSample } from "./data-key.js";
 import { fsyncPath } from "./fsync-path.js";
+import { SecretCipher } from "./secret-cipher.js";
+import { DatabaseOpenError, refuseNonFileDatabase } from "./store.js";
 
 export interface BackupResult {
   /** The copy of the database: one file, no -wal beside it. */
@@ -22,11 +25,18 @@ export interface BackupResult {
  * (`<copy>.key`, mode 0600) are written under a temporary name, fsynced, and only then linked to
  * their names (a link never replaces an existing file): a backup that fails or is killed half-way
  * leaves no file by the name an operator would restore from.
+ *
+ * The data key (`dataKey`, ACCESSD_DATA_KEY; otherwise the key file) must open what the database
+ * has sealed, as at the server's start: a backup kept with another key cannot be restored, and
+ * nothing would say so until the day it is needed. A wrong key is a ConfigError before anything
+ * is written; the copy is checked again against the key copied beside it before either gets its
+ * name (a rotate-data-key could have run in between).
  */
-export function backupDatabase(databasePath: string, destination: string, options: { keyFromFile: boolean }): BackupResult {
+export function backupDatabase(databasePath: string, destination: string, options: { dataKey: Buffer | undefined }): BackupResult {
   if (databasePath === ":memory:") throw new Error("ACCESSD_DATABASE is :memory:; there is no file to back up");
   if (!existsSync(databasePath)) throw new Error(`no database at ${databasePath}`);
-  const keyFile = options.keyFromFile ? dataKeyFilePath(databasePath) : undefined;
+  refuseNonFileDatabase(databasePath);
+  const keyFile = options.dataKey === undefined ? dataKeyFilePath(databasePath) : undefined;
   const keyCopy = keyFile === undefined ? undefined : dataKeyFilePath(destination);
   for (const target of [destination, keyCopy]) {
     if (target !== undefined && existsSync(target)) throw new Error(`${target} exists; a backup does not overwrite anything`);
@@ -40,6 +50,14 @@ export function backupDatabase(databasePath: string, destination: string, option
     const source = new BetterSqlite3(databasePath, { readonly: true, fileMustExist: true });
     try {
       source.pragma("busy_timeout = 5000");
+      const key = options.dataKey ?? keyFile;
+      if (key !== undefined && !keyOpensDatabase(source, databasePath, key)) {
+        throw new ConfigError(
+          "ACCESSD_DATA_KEY",
+          `${keySource(key)} is not the key the database's secrets are sealed with: a backup kept with it could not be ` +
+            "restored; run the backup with the key (or key file) the server starts with",
+        );
+      }
       source.prepare("VACUUM INTO ?").run(partial);
     } finally {
       source.close();
@@ -50,6 +68,18 @@ export function backupDatabase(databasePath: string, destination: string, option
       chmodSync(partialKey, 0o600);
       fsyncPath(partialKey);
     }
+    const copy = new BetterSqlite3(partial, { readonly: true, fileMustExist: true });
+    try {
+      if (!keyOpens(copy, options.dataKey ?? partialKey)) {
+        const kept = keyFile === undefined ? "ACCESSD_DATA_KEY" : `the key copied from ${keyFile}`;
+        throw new Error(
+          `the copy of ${databasePath} does not open with ${kept}: the data key changed while the backup ran ` +
+            "(a rotate-data-key?); nothing was written, run the backup again",
+        );
+      }
+    } finally {
+      copy.close();
+    }
     // The key first: a database copy by its name always has its key beside it.
     if (keyCopy !== undefined) linkSync(partialKey, keyCopy);
     linkSync(partial, destination);
@@ -59,4 +89,28 @@ export function backupDatabase(databasePath: string, destination: string, option
     rmSync(partialKey, { force: true });
   }
   return { database: destination, keyFile: keyCopy, bytes: statSync(destination).size };
+}
+
+/**
+ * Whether `key` (the key itself, or the path of a key file) opens what `db` has sealed; true when
+ * nothing is sealed yet (nothing to check, and the key file is then not read at all).
+ */
+function keyOpens(db: BetterSqlite3.Database, key: Buffer | string): boolean {
+  const sample = sealedSample(db);
+  if (sample === undefined) return true;
+  const cipher = new SecretCipher(typeof key === "string" ? readKeyFile(key) : key);
+  return cipher.opens(sample.sealed, sample.associatedData);
+}
+
+/** keyOpens on the database being backed up, whose SQLite errors ("file is not a database") name no file. */
+function keyOpensDatabase(source: BetterSqlite3.Database, databasePath: string, key: Buffer | string): boolean {
+  try {
+    return keyOpens(source, key);
+  } catch (e) {
+    throw e instanceof BetterSqlite3.SqliteError ? new DatabaseOpenError(databasePath, e) : e;
+  }
+}
+
+function keySource(key: Buffer | string): string {
+  return typeof key === "string" ? `the key file ${key}` : "ACCESSD_DATA_KEY";
 }

@@ -2,12 +2,12 @@ import { randomBytes } from "node:crypto";
 import { existsSync, renameSync, rmSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
-import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, nextKeyFilePath, readKeyFile, writeNewKeyFile } from "./data-key.js";
+import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, keyInFile, nextKeyFilePath, readKeyFile, writeNewKeyFile } from "./data-key.js";
 import { fsyncPath } from "./fsync-path.js";
 import { SecretCipher } from "./secret-cipher.js";
 import { ServingLock } from "./serving-lock.js";
 import { signingKeyAssociatedData } from "./signing-keys-repository.js";
-import { Store } from "./store.js";
+import { refuseNonFileDatabase, Store } from "./store.js";
 import { webhookSecretAssociatedData } from "./webhook-secrets-repository.js";
 
 export interface DataKeyRotation {
@@ -18,6 +18,12 @@ export interface DataKeyRotation {
   keyFile: string | undefined;
   /** True when this run only finished a rotation an earlier run had committed (nothing sealed again now). */
   finishedEarlierRun: boolean;
+  /**
+   * Set when this run found `<database>.key.next` left by an earlier run stopped before its commit,
+   * removed it, and rotated from the key file: its path, and whether it held a key at all (a run
+   * killed while writing it leaves it empty or cut short).
+   */
+  discardedNextKeyFile?: { path: string; heldAKey: boolean };
 }
 
 /**
@@ -43,8 +49,14 @@ export async function rotateDataKey(databasePath: string, keys: { current?: Buff
   if (keys.current === undefined && keys.next !== undefined) {
     throw new ConfigError("ACCESSD_NEW_DATA_KEY", "only for a key given as ACCESSD_DATA_KEY; with a key file, the rotation makes the new key itself");
   }
+  refuseNonFileDatabase(databasePath);
   const lock = ServingLock.acquire(databasePath);
   const store = Store.open(databasePath);
+  // The resealing commit must be on disk before the key file is replaced: under the server's
+  // `synchronous = NORMAL` a WAL commit is synced only at the next checkpoint (here: the close,
+  // after the rename), and a power cut in between would leave the secrets sealed under the old
+  // key with only the new key kept.
+  store.db.pragma("synchronous = FULL");
   try {
     if (store.settings.get(keyCheckSetting) === undefined) {
       throw new Error("the database has no data key check yet: start the server on it once, then rotate");
@@ -68,17 +80,25 @@ function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
   const keyFile = dataKeyFilePath(databasePath);
   const nextFile = nextKeyFilePath(databasePath);
   if (!existsSync(keyFile)) throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${keyFile} is missing`);
+  let discardedNextKeyFile: DataKeyRotation["discardedNextKeyFile"];
   if (existsSync(nextFile)) {
-    if (opensKeyCheck(store, new SecretCipher(readKeyFile(nextFile)))) {
+    const leftKey = keyInFile(nextFile);
+    if (leftKey !== undefined && opensKeyCheck(store, new SecretCipher(leftKey))) {
       // An earlier run committed and stopped before the rename: finish it.
       replaceKeyFile(nextFile, keyFile);
       return { webhookSecrets: 0, signingKeys: 0, keyFile, finishedEarlierRun: true };
     }
-    rmSync(nextFile); // an earlier run stopped before its commit: that key sealed nothing
+    // Not the key the database is sealed under (the key check, resealed in the same transaction as
+    // every secret, does not open with it): the run that wrote it stopped before its commit. The
+    // file is written and fsynced before that transaction begins, so one that holds no key at all
+    // (a run killed while writing it) cannot have sealed anything either. Start over.
+    rmSync(nextFile);
+    fsyncPath(dirname(nextFile));
+    discardedNextKeyFile = { path: nextFile, heldAKey: leftKey !== undefined };
   }
   const current = new SecretCipher(readKeyFile(keyFile));
   const nextKey = randomBytes(32);
-  writeNewKeyFile(nextFile, nextKey);
+  writeNewKeyFile(nextFile, nextKey); // before the commit: see above
   let counts: { webhookSecrets: number; signingKeys: number };
   try {
     counts = resealAll(store, current, new SecretCipher(nextKey), `the key file ${keyFile}`);
@@ -87,7 +107,7 @@ function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
     throw e;
   }
   replaceKeyFile(nextFile, keyFile);
-  return { ...counts, keyFile, finishedEarlierRun: false };
+  return { ...counts, keyFile, finishedEarlierRun: false, discardedNextKeyFile };
 }
 
 function replaceKeyFile(nextFile: string, keyFile: string): void {

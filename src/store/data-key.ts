@@ -1,10 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
+import type { Database } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
 import { SecretCipher } from "./secret-cipher.js";
 import type { Store } from "./store.js";
+import { webhookSecretAssociatedData } from "./webhook-secrets-repository.js";
 
 /** Where the generated data key lives when ACCESSD_DATA_KEY is not set: beside the database file. */
 export function dataKeyFilePath(databasePath: string): string {
@@ -21,6 +23,8 @@ export interface DataKey {
   cipher: SecretCipher;
   /** "ACCESSD_DATA_KEY", "the key file <path>", or "a random key (in-memory database)". */
   source: string;
+  /** The key file the key was read from; undefined for ACCESSD_DATA_KEY and an in-memory database. */
+  keyFile?: string;
   /** With a key file: where rotate-data-key keeps a new key until the database is sealed under it. */
   nextKeyFile?: string;
 }
@@ -68,7 +72,46 @@ export function resolveDataKey(
         "restore the key file backed up with the database, or set ACCESSD_DATA_KEY to its key",
     );
   }
-  return { cipher: new SecretCipher(readOrCreateKeyFile(path)), source: `the key file ${path}`, nextKeyFile: nextKeyFilePath(databasePath) };
+  return {
+    cipher: new SecretCipher(readOrCreateKeyFile(path)),
+    source: `the key file ${path}`,
+    keyFile: path,
+    nextKeyFile: nextKeyFilePath(databasePath),
+  };
+}
+
+/**
+ * The mode of a key file open to group or others (e.g. 0644: made by hand, or copied without its
+ * mode), or undefined when only its owner has access (0600, as it is made). Such a file is still
+ * used (refusing it would stop a server over a mode), but the start warns: whoever reads it opens
+ * every secret a copy of the database holds.
+ */
+export function keyFileModeOpenToOthers(keyFile: string): number | undefined {
+  const mode = statSync(keyFile).mode & 0o777;
+  return (mode & 0o077) === 0 ? undefined : mode;
+}
+
+/**
+ * A value the database holds sealed under its data key, read with plain statements (no Store, no
+ * write): the key check or, in a database from before the check, its newest webhook secret;
+ * undefined when nothing is sealed yet. For a backup, which reads the live database read-only and
+ * may meet one that this build has not migrated yet (the repositories are built for the current
+ * schema).
+ */
+export function sealedSample(db: Database): { sealed: Buffer; associatedData: string } | undefined {
+  const hasTable = (name: string) =>
+    db.prepare<[string], number>("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?").pluck().get(name) !== undefined;
+  if (hasTable("settings")) {
+    const check = db.prepare<[string], Buffer>("SELECT value FROM settings WHERE name = ?").pluck().get(keyCheckSetting);
+    if (check !== undefined) return { sealed: check, associatedData: keyCheckAssociatedData };
+  }
+  if (hasTable("webhook_secrets")) {
+    const newest = db
+      .prepare<[], { id: string; automation_id: string; sealed: Buffer }>("SELECT id, automation_id, sealed FROM webhook_secrets ORDER BY id DESC LIMIT 1")
+      .get();
+    if (newest !== undefined) return { sealed: newest.sealed, associatedData: webhookSecretAssociatedData(newest.id, newest.automation_id) };
+  }
+  return undefined;
 }
 
 /**
@@ -106,7 +149,9 @@ function readOrCreateKeyFile(path: string): Buffer {
   try {
     writeNewKeyFile(path, randomBytes(32));
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    if ((e as NodeJS.ErrnoException).code !== "EEXIST") {
+      throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${path} cannot be created: ${messageOf(e)}`);
+    }
   }
   return readKeyFile(path);
 }
@@ -128,11 +173,31 @@ export function writeNewKeyFile(path: string, key: Buffer): void {
   fsyncPath(dirname(path));
 }
 
-/** The 32-byte key a key file holds (base64url); ConfigError for anything else. */
+/** The 32-byte key a key file holds (base64url); ConfigError, naming the file, for anything else. */
 export function readKeyFile(path: string): Buffer {
-  const key = Buffer.from(readFileSync(path, "utf8").trim(), "base64url");
-  if (key.length !== 32) {
+  const key = keyInFile(path);
+  if (key === undefined) {
     throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${path} does not hold a base64url 32-byte key`);
   }
   return key;
+}
+
+/**
+ * The 32-byte key a key file holds (base64url), or undefined when its text is not one (empty,
+ * cut short); ConfigError naming the file when it cannot be read at all (a folder, no permission:
+ * fs names neither in every message, "EISDIR: illegal operation on a directory, read").
+ */
+export function keyInFile(path: string): Buffer | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${path} cannot be read: ${messageOf(e)}`);
+  }
+  const key = Buffer.from(text.trim(), "base64url");
+  return key.length === 32 ? key : undefined;
+}
+
+function messageOf(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }

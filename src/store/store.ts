@@ -1,10 +1,11 @@
+import { statSync } from "node:fs";
 import { AppEntitlementOwnersRepository } from "./app-entitlement-owners-repository.js";
 import { AppEntitlementsRepository } from "./app-entitlements-repository.js";
 import { AppsRepository } from "./apps-repository.js";
 import { AutomationsRepository } from "./automations-repository.js";
 import { AssertionJtisRepository } from "./assertion-jtis-repository.js";
 import { ClientsRepository, type ClientPrincipal } from "./clients-repository.js";
-import { openDatabase, type Database } from "./database.js";
+import { NewerSchemaError, openDatabase, type Database } from "./database.js";
 import { ExecutionsRepository } from "./executions-repository.js";
 import { ReadCache } from "./read-cache.js";
 import { SettingsRepository } from "./settings-repository.js";
@@ -12,6 +13,46 @@ import { SigningKeysRepository } from "./signing-keys-repository.js";
 import { WalCheckpointer, type WalCheckpointerOptions } from "./wal-checkpointer.js";
 import { UsersRepository } from "./users-repository.js";
 import { WebhookRepositories } from "./webhook-repositories.js";
+
+/**
+ * The database file could not be opened, or not for writing. SQLite's own messages ("file is not a
+ * database", "unable to open database file") do not say which file; this one does.
+ */
+export class DatabaseOpenError extends Error {
+  constructor(path: string, cause: unknown) {
+    super(`cannot open the database ${path}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = "DatabaseOpenError";
+  }
+}
+
+/**
+ * Refuses a database path that names a folder (or anything but a file), before anything is made
+ * beside it (the serving lock's file): SQLite would say only "unable to open database file".
+ * Nothing there yet is fine: the first start creates it.
+ */
+export function refuseNonFileDatabase(path: string): void {
+  if (path === ":memory:") return;
+  const stats = statSync(path, { throwIfNoEntry: false });
+  if (stats !== undefined && !stats.isFile()) {
+    throw new DatabaseOpenError(path, stats.isDirectory() ? "it is a folder, not a file" : "it is not a regular file");
+  }
+}
+
+/**
+ * A file SQLite may only read (its mode, another owner, an immutable or read-only mount) opens
+ * without complaint, and a migrated database needs no write to start: the server would listen and
+ * fail its first write ("attempt to write a readonly database"). So one page is written here, in a
+ * transaction rolled back (the header's user_version, set to what it is): nothing changes.
+ */
+function refuseReadOnlyDatabase(db: Database): void {
+  const userVersion = Number(db.pragma("user_version", { simple: true }));
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    db.pragma(`user_version = ${userVersion}`);
+  } finally {
+    if (db.inTransaction) db.exec("ROLLBACK");
+  }
+}
 
 /**
  * The store: one SQLite database and a repository per aggregate. better-sqlite3 is synchronous,
@@ -59,10 +100,24 @@ export class Store {
 
   /**
    * Opens (creating and migrating) the database file. With `backgroundCheckpoints`, a thread of
-   * its own checkpoints the WAL (WalCheckpointer): what the server uses.
+   * its own checkpoints the WAL (WalCheckpointer): what the server uses. A file that cannot be
+   * opened, or not written, is a DatabaseOpenError naming it.
    */
   static open(path: string, options: { backgroundCheckpoints?: WalCheckpointerOptions } = {}): Store {
-    const store = new Store(openDatabase(path));
+    refuseNonFileDatabase(path);
+    let db: Database;
+    try {
+      db = openDatabase(path);
+    } catch (e) {
+      throw e instanceof NewerSchemaError ? e : new DatabaseOpenError(path, e); // that one names the file already
+    }
+    try {
+      refuseReadOnlyDatabase(db);
+    } catch (e) {
+      db.close();
+      throw new DatabaseOpenError(path, e);
+    }
+    const store = new Store(db);
     if (options.backgroundCheckpoints !== undefined && path !== ":memory:") {
       store.checkpointer = new WalCheckpointer(store.db, options.backgroundCheckpoints);
     }

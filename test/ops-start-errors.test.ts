@@ -1,0 +1,172 @@
+import { execFileSync } from "node:child_process";
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { dataKeyFilePath } from "../src/store/data-key.js";
+import { scratch } from "./support/scratch.js";
+import { listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { startTestServer } from "./support/test-server.js";
+
+/**
+ * A start that cannot use its database or key file stops before it listens, with one line naming
+ * the file (README "Configuration"): SQLite's and fs's own messages ("file is not a database",
+ * "EISDIR: illegal operation on a directory, read") name neither, and a database the process can
+ * only read started, logged "accessd listening", and died at its first write.
+ */
+
+const { tempDir, track } = scratch("accessd-start-errors-");
+
+function serve(env: Record<string, string>): CliProcess {
+  return track(spawnCli(["serve"], { ACCESSD_PORT: "0", ...env }));
+}
+
+/** A database (and its key file) a server has started on and stopped: migrated, sealed under its key file. */
+async function startedDatabase(): Promise<string> {
+  const database = join(tempDir(), "accessd.db");
+  await (await startTestServer({ database })).close();
+  return database;
+}
+
+async function expectStopsWith(cli: CliProcess, code: number, line: string): Promise<void> {
+  expect(await cli.exited).toEqual({ code, signal: null });
+  expect(cli.stderr().trim().split("\n")).toEqual([line]);
+  expect(cli.stdout()).not.toContain("accessd listening");
+}
+
+/**
+ * Makes `file` a file this process cannot write. As root, file modes do not stop writes, so the
+ * file is made immutable (`chattr +i`, which needs CAP_LINUX_IMMUTABLE and a file system that has
+ * the flag); returns an undo, or undefined when neither way is open here.
+ */
+function makeReadOnly(file: string): (() => void) | undefined {
+  if (process.getuid?.() !== 0) {
+    chmodSync(file, 0o444);
+    return () => chmodSync(file, 0o644);
+  }
+  try {
+    execFileSync("chattr", ["+i", file], { stdio: "ignore" });
+  } catch {
+    return undefined;
+  }
+  return () => execFileSync("chattr", ["-i", file], { stdio: "ignore" });
+}
+
+describe("a start whose database or key file cannot be used", () => {
+  it("names a folder given as the database, and makes no lock file beside it", async () => {
+    const folder = join(tempDir(), "accessd.db");
+    mkdirSync(folder);
+    await expectStopsWith(serve({ ACCESSD_DATABASE: folder }), 1, `accessd: cannot open the database ${folder}: it is a folder, not a file`);
+    expect(existsSync(`${folder}.lock`)).toBe(false);
+  });
+
+  it("names a file that is not a database", async () => {
+    const database = join(tempDir(), "notes.db");
+    writeFileSync(database, "these are my notes, not a database\n".repeat(100));
+    await expectStopsWith(serve({ ACCESSD_DATABASE: database }), 1, `accessd: cannot open the database ${database}: file is not a database`);
+  });
+
+  it("names it in `accessd bootstrap` and `rotate-data-key` too, which open the database without a server", async () => {
+    const database = join(tempDir(), "notes.db");
+    writeFileSync(database, "these are my notes, not a database\n".repeat(100));
+    for (const command of ["bootstrap", "rotate-data-key"]) {
+      const cli = track(spawnCli([command], { ACCESSD_DATABASE: database }));
+      await expectStopsWith(cli, 1, `accessd: cannot open the database ${database}: file is not a database`);
+    }
+  });
+
+  it("names it in `accessd backup` too", async () => {
+    const dir = tempDir();
+    const database = join(dir, "notes.db");
+    writeFileSync(database, "these are my notes, not a database\n".repeat(100));
+    writeFileSync(dataKeyFilePath(database), `${"k".repeat(43)}\n`, { mode: 0o600 });
+    await expectStopsWith(
+      track(spawnCli(["backup", join(dir, "copy.db")], { ACCESSD_DATABASE: database })),
+      1,
+      `accessd: cannot open the database ${database}: file is not a database`,
+    );
+    const folder = join(dir, "folder.db");
+    mkdirSync(folder);
+    await expectStopsWith(
+      track(spawnCli(["backup", join(dir, "copy.db")], { ACCESSD_DATABASE: folder })),
+      1,
+      `accessd: cannot open the database ${folder}: it is a folder, not a file`,
+    );
+  });
+
+  it("names a database damaged past its header, which opens and fails its first read of a damaged page", async () => {
+    const database = await startedDatabase();
+    const fd = openSync(database, "r+");
+    try {
+      writeSync(fd, Buffer.alloc(10 * 4096, 0xff), 0, 10 * 4096, 3 * 4096); // pages 4 to 13; page 1 (the header and schema) intact
+    } finally {
+      closeSync(fd);
+    }
+    await expectStopsWith(serve({ ACCESSD_DATABASE: database }), 1, `accessd: cannot open the database ${database}: database disk image is malformed`);
+  });
+
+  it("names a key file path that is a folder (exit 2, as for every key file that does not serve)", async () => {
+    const database = await startedDatabase();
+    const keyFile = dataKeyFilePath(database);
+    rmSync(keyFile);
+    mkdirSync(keyFile);
+    await expectStopsWith(
+      serve({ ACCESSD_DATABASE: database }),
+      2,
+      `accessd: invalid configuration: ACCESSD_DATA_KEY: not set, and the key file ${keyFile} cannot be read: EISDIR: illegal operation on a directory, read`,
+    );
+  });
+
+  it("stops before it listens, naming the file, on a database it cannot write", async (context) => {
+    const database = await startedDatabase();
+    const undo = makeReadOnly(database);
+    if (undo === undefined) {
+      context.skip("running as root without `chattr +i` on this file system: no way to make a file root cannot write");
+      return;
+    }
+    try {
+      await expectStopsWith(
+        serve({ ACCESSD_DATABASE: database }),
+        1,
+        `accessd: cannot open the database ${database}: attempt to write a readonly database`,
+      );
+    } finally {
+      undo();
+    }
+    const again = serve({ ACCESSD_DATABASE: database }); // writable again: serves
+    await listeningPort(again);
+    again.child.kill("SIGTERM");
+    expect(await again.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe("a key file that others can read", () => {
+  it("is used, with a warning at start naming the file and its mode; a 0600 one gets none", async () => {
+    const database = await startedDatabase();
+    const keyFile = dataKeyFilePath(database);
+    const warnings = (cli: CliProcess) =>
+      cli
+        .stdout()
+        .split("\n")
+        .filter((line) => line.includes('"level":40'))
+        .map((line) => JSON.parse(line) as { keyFile?: string; mode?: string; msg: string });
+
+    const private0600 = serve({ ACCESSD_DATABASE: database });
+    await listeningPort(private0600);
+    private0600.child.kill("SIGTERM");
+    expect(await private0600.exited).toEqual({ code: 0, signal: null });
+    expect(warnings(private0600)).toEqual([]);
+
+    chmodSync(keyFile, 0o644);
+    const readable = serve({ ACCESSD_DATABASE: database });
+    await listeningPort(readable);
+    readable.child.kill("SIGTERM");
+    expect(await readable.exited).toEqual({ code: 0, signal: null });
+    expect(warnings(readable)).toMatchObject([
+      {
+        keyFile,
+        mode: "0644",
+        msg: "the data key file is open to group or others: whoever reads it opens every secret of a copy of the database; make it mode 0600",
+      },
+    ]);
+  });
+});
