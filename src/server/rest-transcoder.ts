@@ -325,8 +325,10 @@ function clampPageSizeToInt32(message: JsonObject, input: DescMessage): void {
   if (field === undefined) return;
   for (const key of new Set([field.jsonName, field.name])) {
     const given = message[key];
-    const value = typeof given === "string" && /^-?\d+$/.test(given) ? Number(given) : given;
-    if (typeof value !== "number" || !Number.isInteger(value)) continue;
+    // A number, or the text of one (the query's, or a JSON string): 1e999 and 400 nines are
+    // integers too, however JSON.parse and Number round them (to Infinity).
+    const value = typeof given === "string" && /^-?\d+(\.\d+)?([eE][+-]?\d+)?$/.test(given) ? Number(given) : given;
+    if (typeof value !== "number" || !(Number.isInteger(value) || value === Infinity || value === -Infinity)) continue;
     if (value > int32Max) message[key] = int32Max;
     else if (value < int32Min) message[key] = int32Min;
   }
