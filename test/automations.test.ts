@@ -286,6 +286,12 @@ describe("Execute with a context that has no JSON form", () => {
     const listed = await server.call("GET", `/api/v1/automation_executions?automation_id=${automationId}`);
     expect(((await listed.json()) as { list: unknown[] }).list).toEqual([]);
   });
+
+  it("runs a context of 250,000 values (the check for non-finite numbers overflowed the stack: 500)", async () => {
+    const automationId = await createAutomation([{ name: "a", log: { messageCel: "size(ctx.trigger.xs)" } }]);
+    const execution = await executeToEnd(automationId, { xs: Array(250_000).fill(0), m: Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`k${i}`, i])) });
+    expect(execution).toMatchObject({ state: "SUCCEEDED", steps: [{ output: 250_000 }] });
+  });
 });
 
 describe("listing executions", () => {
@@ -397,6 +403,19 @@ describe("saving automations", () => {
     ],
   ])("answers 400 naming the step for %s", async (_, steps, message) => {
     expect(await save(steps)).toEqual(invalid(message));
+  });
+
+  it("counts no bracket or quote inside a // comment (a quote there hid 380 open brackets from the check: 2.2 s to refuse)", async () => {
+    const hidden = `// "\n${"(!".repeat(380)}x\n// "`;
+    const closers = Array(12).fill(`${"(!".repeat(30)}\n//${")".repeat(30)}`).join("\n") + "\nx";
+    for (const messageCel of [hidden, closers]) {
+      const { status, body } = await save([{ name: "a", log: { messageCel } }]);
+      expect({ status, message: (body as { message: string }).message }).toMatchObject({
+        status: 400,
+        message: expect.stringContaining("brackets nested more than 32 deep"),
+      });
+    }
+    expect(await save([{ name: "a", log: { messageCel: '// a comment with "((((" and ))))\n1' } }])).toMatchObject({ status: 200 });
   });
 
   it("accepts brackets 32 deep, and brackets in string literals however many", async () => {

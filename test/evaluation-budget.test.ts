@@ -131,6 +131,20 @@ describe("equality and list membership", () => {
     expect(errorOf(run("ctx.trigger.l.all(i, ctx.trigger.a[0] in ctx.trigger.b)", nested))).toContain(costMessage);
   });
 
+  it("are charged before they run: lists built to share their elements are 10^9 elements to compare, 9 values to measure", () => {
+    // Each level holds ten references to the level below: cheap to build and to measure, and
+    // 10^9 elements for a comparison to walk (charged after the call, it ran for minutes).
+    const shared = (seed: string) => {
+      let source = seed;
+      for (let level = 0; level < 9; level++) source = `[${source}].map(a, [a, a, a, a, a, a, a, a, a, a])[0]`;
+      return source;
+    };
+    const started = performance.now();
+    expect(errorOf(run(`${shared("[1]")} == ${shared("[1]")}`))).toContain(costMessage);
+    expect(errorOf(run(`${shared("[1]")} in [${shared("[1]")}]`))).toContain(costMessage);
+    expect(performance.now() - started).toBeLessThan(5_000); // a hang without the charge before the call
+  });
+
   it("costs what flat values cost: a comparison of two 100-element lists is 1 + 2 x 400", () => {
     run("ctx.trigger.a == ctx.trigger.b", { a: Array(100).fill(1), b: Array(100).fill(1) });
     expect(costUsed()).toBe(1 + 2 * 400);

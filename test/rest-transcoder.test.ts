@@ -15,7 +15,7 @@ import { startTestServer, type TestServer } from "./support/test-server.js";
 
 let server: TestServer;
 beforeAll(async () => {
-  server = await startTestServer({ apiMaxBodyBytes: 4096 });
+  server = await startTestServer({ apiMaxBodyBytes: 16_384 });
 });
 afterAll(() => server.close());
 
@@ -163,20 +163,26 @@ describe("request bodies", () => {
     expect(((await res.json()) as JsonError).code).toBe("invalid_argument");
   });
 
-  it("answers 400 to a name over 1,000 characters (only the body's size bounded it: a 900 KB name went into every page)", async () => {
-    for (const [path, body] of [
-      ["/api/v1/users", { displayName: "n".repeat(1_001) }],
-      ["/api/v1/apps", { displayName: "n".repeat(1_001) }],
-      ["/api/v1/automations", { displayName: "n".repeat(1_001), trigger: { manual: {} }, steps: [] }],
+  it("answers 400 to a name, email or username over 1,000 characters and a description over 10,000 (only the body's size bounded them: a 900 KB name went into every page)", async () => {
+    for (const [path, body, message] of [
+      ["/api/v1/users", { displayName: "n".repeat(1_001) }, "displayName is longer than 1000 characters"],
+      ["/api/v1/users", { displayName: "Ada", username: "u".repeat(1_001) }, "username is longer than 1000 characters"],
+      ["/api/v1/users", { displayName: "Ada", email: `${"e".repeat(1_000)}@x.org` }, "email is longer than 1000 characters"],
+      ["/api/v1/apps", { displayName: "n".repeat(1_001) }, "displayName is longer than 1000 characters"],
+      ["/api/v1/apps", { displayName: "App", description: "d".repeat(10_001) }, "description is longer than 10000 characters"],
+      ["/api/v1/automations", { displayName: "n".repeat(1_001), trigger: { manual: {} }, steps: [] }, "displayName is longer than 1000 characters"],
     ] as const) {
       const error = await jsonError(await server.call("POST", path, body));
-      expect(error).toMatchObject({ status: 400, body: { code: "invalid_argument", message: "displayName is longer than 1000 characters" } });
+      expect(error).toMatchObject({ status: 400, body: { code: "invalid_argument", message } });
     }
-    expect((await server.call("POST", "/api/v1/apps", { displayName: "n".repeat(1_000) })).status).toBe(200);
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "n".repeat(1_000), description: "d".repeat(10_000) })).status).toBe(200);
+    const appId = await createApp(server);
+    const update = await server.call("POST", `/api/v1/apps/${appId}`, { app: { description: "d".repeat(10_001) }, updateMask: "description" });
+    expect(await jsonError(update)).toMatchObject({ status: 400, body: { message: "app.description is longer than 10000 characters" } });
   });
 
   it("answers 413 to a body larger than the limit", async () => {
-    const res = await server.call("POST", "/api/v1/users", { displayName: "x".repeat(10_000) });
+    const res = await server.call("POST", "/api/v1/users", { displayName: "x".repeat(20_000) });
     expect(res.status).toBe(413);
     expect(((await res.json()) as JsonError).code).toBe("resource_exhausted");
   });

@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { AppEntitlements } from "../../gen/svc/api/app/v1/app_entitlement_pb.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
-import { notFound, requireField } from "./errors.js";
+import { limitText, maxDescriptionLength, notFound, requireField } from "./errors.js";
 import { appEntitlementMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
 import { fieldsToWrite } from "./update-mask.js";
@@ -41,8 +41,8 @@ export function appEntitlementsService({
           id: newId(),
           appId,
           displayName,
-          description: req.description,
-          slug: req.slug !== "" ? req.slug : slugify(displayName),
+          description: limitText(req.description, "description", maxDescriptionLength),
+          slug: req.slug !== "" ? limitText(req.slug, "slug") : slugify(displayName),
           createdAt: now,
           updatedAt: now,
         };
@@ -89,8 +89,8 @@ export function appEntitlementsService({
         if (write.has("displayName")) {
           entitlement.displayName = requireField(given?.displayName, "appEntitlement.displayName");
         }
-        if (write.has("description")) entitlement.description = given?.description ?? "";
-        if (write.has("slug")) entitlement.slug = given?.slug ?? "";
+        if (write.has("description")) entitlement.description = limitText(given?.description, "appEntitlement.description", maxDescriptionLength);
+        if (write.has("slug")) entitlement.slug = limitText(given?.slug, "appEntitlement.slug");
         entitlement.updatedAt = clock.now();
         store.appEntitlements.update(entitlement);
         return { appEntitlement: appEntitlementMessage(entitlement) };

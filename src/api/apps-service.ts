@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Apps } from "../../gen/svc/api/app/v1/app_pb.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
-import { notFound, requireField } from "./errors.js";
+import { limitText, maxDescriptionLength, notFound, requireField } from "./errors.js";
 import { appMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
 import { fieldsToWrite } from "./update-mask.js";
@@ -20,7 +20,7 @@ export function appsService({ store, clock, pageTokens }: ServiceContext): Servi
       const app = {
         id: newId(),
         displayName: requireField(req.displayName, "displayName"),
-        description: req.description,
+        description: limitText(req.description, "description", maxDescriptionLength),
         createdAt: now,
         updatedAt: now,
       };
@@ -50,7 +50,7 @@ export function appsService({ store, clock, pageTokens }: ServiceContext): Servi
           { displayName: given?.displayName ?? "", description: given?.description ?? "" },
         );
         if (write.has("displayName")) app.displayName = requireField(given?.displayName, "app.displayName");
-        if (write.has("description")) app.description = given?.description ?? "";
+        if (write.has("description")) app.description = limitText(given?.description, "app.description", maxDescriptionLength);
         app.updatedAt = clock.now();
         store.apps.update(app);
         return { app: appMessage(app) };

@@ -167,8 +167,9 @@ function holdsNonFiniteNumber(value: Value): boolean {
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
     const kind = next.kind;
     if (kind.case === "numberValue" && !Number.isFinite(kind.value)) return true;
-    if (kind.case === "listValue") pending.push(...kind.value.values);
-    if (kind.case === "structValue") pending.push(...Object.values(kind.value.fields));
+    // One push at a time: spreading 200,000 values into push() overflowed the stack (a 500).
+    if (kind.case === "listValue") for (const item of kind.value.values) pending.push(item);
+    if (kind.case === "structValue") for (const item of Object.values(kind.value.fields)) pending.push(item);
   }
   return false;
 }

@@ -13,7 +13,7 @@ import {
   stepsFromMessages,
   triggerFromMessage,
 } from "./automation-messages.js";
-import { notFound, requireField } from "./errors.js";
+import { limitText, maxDescriptionLength, notFound, requireField } from "./errors.js";
 import type { ServiceContext } from "./service-context.js";
 import { fieldsToWrite } from "./update-mask.js";
 
@@ -60,7 +60,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
       const automation: Automation = {
         id: newId(),
         displayName,
-        description: req.description,
+        description: limitText(req.description, "description", maxDescriptionLength),
         trigger,
         steps,
         published: false,
@@ -106,7 +106,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
         const automation = getOrThrow(id);
         const previous = automation.trigger;
         if (write.has("displayName")) automation.displayName = requireField(given?.displayName, "automation.displayName");
-        if (write.has("description")) automation.description = given?.description ?? "";
+        if (write.has("description")) automation.description = limitText(given?.description, "automation.description", maxDescriptionLength);
         if (write.has("trigger")) {
           automation.trigger = triggerFromMessage(given?.trigger, previous, "automation.trigger");
           validateTrigger(automation.trigger);

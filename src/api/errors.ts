@@ -8,15 +8,22 @@ export function invalidArgument(message: string): ConnectError {
   return new ConnectError(message, Code.InvalidArgument);
 }
 
-/** Refuses an absent or blank required string field, naming it by its JSON name. */
 /**
- * The most characters a required text field (a name, an id) may hold. Only the 1 MiB request
- * body bounded them: a 900 KB display name was stored, and every page of its listing carried it.
+ * The most characters a name, an id, an email, a username or a slug may hold, and a description.
+ * Only the 1 MiB request body bounded them: a 900 KB display name or description was stored, and
+ * every page of its listing carried it.
  */
-export const maxRequiredFieldLength = 1000;
+export const maxTextFieldLength = 1000;
+export const maxDescriptionLength = 10_000;
 
-export function requireField(value: string | undefined, jsonName: string): string {
+/** Refuses an absent or blank required string field, or one over `maxLength`, naming it by its JSON name. */
+export function requireField(value: string | undefined, jsonName: string, maxLength = maxTextFieldLength): string {
   if (value === undefined || value.trim() === "") throw invalidArgument(`${jsonName} is required`);
-  if (value.length > maxRequiredFieldLength) throw invalidArgument(`${jsonName} is longer than ${maxRequiredFieldLength} characters`);
-  return value;
+  return limitText(value, jsonName, maxLength);
+}
+
+/** An optional text field as given ("" when absent); refused when over `maxLength`, naming it by its JSON name. */
+export function limitText(value: string | undefined, jsonName: string, maxLength = maxTextFieldLength): string {
+  if (value !== undefined && value.length > maxLength) throw invalidArgument(`${jsonName} is longer than ${maxLength} characters`);
+  return value ?? "";
 }

@@ -4,7 +4,7 @@ import { principalKey } from "../auth/principal.js";
 import { checkRoleChange, normalizeRoles } from "../auth/role-grants.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
-import { invalidArgument, notFound, requireField } from "./errors.js";
+import { invalidArgument, limitText, notFound, requireField } from "./errors.js";
 import { userMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
 import { fieldsToWrite } from "./update-mask.js";
@@ -32,8 +32,8 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       const user = {
         id: newId(),
         displayName,
-        email: checkEmail(req.email),
-        username: req.username,
+        email: checkEmail(limitText(req.email, "email")),
+        username: limitText(req.username, "username"),
         createdAt: now,
         updatedAt: now,
         roles,
@@ -70,8 +70,8 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
           },
         );
         if (write.has("displayName")) user.displayName = requireField(given?.displayName, "user.displayName");
-        if (write.has("email")) user.email = checkEmail(given?.email ?? "");
-        if (write.has("username")) user.username = given?.username ?? "";
+        if (write.has("email")) user.email = checkEmail(limitText(given?.email, "user.email"));
+        if (write.has("username")) user.username = limitText(given?.username, "user.username");
         if (write.has("roles")) {
           const roles = normalizeRoles(given?.roles ?? [], "user.roles");
           checkRoleChange(context.values.get(principalKey), user.roles, roles);

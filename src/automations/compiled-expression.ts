@@ -260,8 +260,9 @@ function collectAccesses(root: Expr): FieldAccess[] {
 }
 
 /**
- * The offset of the first bracket opened at more than `maxDepth` levels, outside string and bytes
- * literals (quoted with ' or ", single or triple, with backslash escapes unless raw); undefined
+ * The offset of the first bracket opened at more than `maxDepth` levels, outside comments (`//` to
+ * the end of the line) and string and bytes literals (quoted with ' or ", single or triple, with
+ * backslash escapes unless raw); undefined
  * when there is none. It does not validate: the parser does that afterwards.
  */
 function firstBracketDeeperThan(source: string, maxDepth: number): number | undefined {
@@ -272,6 +273,10 @@ function firstBracketDeeperThan(source: string, maxDepth: number): number | unde
       if (++depth > maxDepth) return i;
     } else if (c === ")" || c === "]" || c === "}") {
       depth = Math.max(0, depth - 1);
+    } else if (c === "/" && source[i + 1] === "/") {
+      // A comment, to the end of its line: its brackets and quotes are not the expression's.
+      const end = source.indexOf("\n", i);
+      i = end === -1 ? source.length : end;
     } else if (c === '"' || c === "'") {
       // A raw literal's prefix (r"...", rb"...", BR'...') turns escapes off.
       let start = i;

@@ -90,14 +90,29 @@ const readsAllTheWayDown = new Set(["_==_", "_!=_", "@in"]);
 /** Deep sizes of lists and maps already measured (values never change once made). */
 const deepSizes = new WeakMap<object, number>();
 
-/** sizeOf, summed over every level of a list or map (each element or entry counted as sizeOf counts it). */
-function deepSizeOf(value: CelValue): number {
+/**
+ * sizeOf, summed over every level of a list or map (each element or entry counted as sizeOf
+ * counts it, a value held twice counted twice, as a comparison walks it twice). Measuring costs
+ * a step per distinct value (sizes are remembered), and stops once the size passes `limit`
+ * (what is left of the budget): a list of ten references to a list of ten references ... is
+ * 10^n elements to compare but n values to measure.
+ */
+function deepSizeOf(value: CelValue, limit = Infinity): number {
   if (!isCelList(value) && !isCelMap(value)) return sizeOf(value);
   const known = deepSizes.get(value);
   if (known !== undefined) return known;
   let size = sizeOf(value);
-  if (isCelList(value)) for (const element of value) size += deepSizeOf(element);
-  else for (const [key, entry] of value) size += deepSizeOf(key) + deepSizeOf(entry);
+  if (isCelList(value)) {
+    for (const element of value) {
+      size += deepSizeOf(element, limit - size);
+      if (size > limit) return size; // past the budget: the caller refuses the call; not remembered
+    }
+  } else {
+    for (const [key, entry] of value) {
+      size += deepSizeOf(key, limit - size) + deepSizeOf(entry, limit - size);
+      if (size > limit) return size;
+    }
+  }
   deepSizes.set(value, size);
   return size;
 }
@@ -152,14 +167,14 @@ type FuncGroup = NonNullable<ReturnType<CelEnv["funcs"]["find"]>>;
 
 function meteredGroup(group: FuncGroup): FuncGroup {
   const readFree = readsInConstantTime[group.name] ?? (() => false);
-  const sizeOfOperand = readsAllTheWayDown.has(group.name) ? deepSizeOf : sizeOf;
+  if (readsAllTheWayDown.has(group.name)) return deepReadingGroup(group, readFree);
   const call = (id: number, target: CelValue | undefined, args: CelValue[]): CelResult | undefined => {
     if (exhausted !== undefined) return celError(exhausted, id);
     const result = group.call(id, target, args);
     if (result === undefined || isCelError(result)) return result;
     let cost = 1 + sizeOf(result);
-    if (target !== undefined && !readFree(target)) cost += sizeOfOperand(target);
-    for (const arg of args) if (!readFree(arg)) cost += sizeOfOperand(arg);
+    if (target !== undefined && !readFree(target)) cost += sizeOf(target);
+    for (const arg of args) if (!readFree(arg)) cost += sizeOf(arg);
     try {
       charge(cost);
     } catch (e) {
@@ -168,6 +183,28 @@ function meteredGroup(group: FuncGroup): FuncGroup {
     return result;
   };
   // Everything else (name, the overloads) is the original's.
+  return Object.create(group, { call: { value: call } }) as FuncGroup;
+}
+
+/**
+ * A group from readsAllTheWayDown: its operands are measured and charged before it runs. Charged
+ * after the call, one comparison of lists built to share their elements (570 characters of
+ * expression) held the thread 4 s before the charge refused it. Its result, a bool, costs nothing.
+ */
+function deepReadingGroup(group: FuncGroup, readFree: (value: CelValue) => boolean): FuncGroup {
+  const call = (id: number, target: CelValue | undefined, args: CelValue[]): CelResult | undefined => {
+    try {
+      if (exhausted !== undefined) throw new Error(exhausted);
+      let cost = 1;
+      for (const operand of target === undefined ? args : [target, ...args]) {
+        if (!readFree(operand)) cost += deepSizeOf(operand, costLeft - cost);
+      }
+      charge(cost);
+    } catch (e) {
+      return celError(e, id);
+    }
+    return group.call(id, target, args);
+  };
   return Object.create(group, { call: { value: call } }) as FuncGroup;
 }
 
