@@ -4,6 +4,7 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
+import { reusedWhenSlow } from "../src/main.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
@@ -209,5 +210,26 @@ describe("Metrics", () => {
     ({ body } = await metrics.exposition());
     expect(sample(body, "accessd_automation_queue_depth")).toBe(0);
     expect(body).not.toContain("nodejs_eventloop_lag_seconds");
+  });
+});
+
+describe("counts that take long to read", () => {
+  it("are read again at every scrape when quick, and reused for 5 s after a slow read (a backlog's count held the thread 200 ms a scrape)", () => {
+    let reads = 0;
+    let cost = 0;
+    const busyFor = (ms: number) => {
+      const until = performance.now() + ms;
+      while (performance.now() < until);
+    };
+    const count = reusedWhenSlow(() => {
+      reads++;
+      busyFor(cost);
+      return reads;
+    }, 20, 5_000);
+    expect([count(), count(), count()]).toEqual([1, 2, 3]); // quick: fresh each time
+    cost = 30;
+    expect(count()).toBe(4); // slow: read once...
+    expect(count()).toBe(4); // ...and reused
+    expect(reads).toBe(4);
   });
 });

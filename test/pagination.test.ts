@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { searchRangeRows } from "../src/api/users-service.js";
 import { newId } from "../src/store/ids.js";
 import { answer, createApp, createEntitlement, createUser, ownersPath } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
@@ -351,6 +352,39 @@ describe("POST /api/v1/search/users (page fields in the body)", () => {
   it("answers an empty search with an empty list and nextPageToken \"\"", async () => {
     const page = await search({ query: "nobody-has-this-name" });
     expect(JSON.parse(page.text)).toEqual({ list: [], nextPageToken: "" });
+  });
+});
+
+describe("a search over more users than one range", () => {
+  it(`reads ${searchRangeRows} users at a time, gives the thread back between ranges, and finds matches across them`, async () => {
+    const marker = `Rare-${Date.now()}`;
+    const matches: string[] = [];
+    for (let part = 0; part < 5; part++) {
+      seedUsers(10_000, (i) => `Plain ${part}-${i}`);
+      matches.push(...seedUsers(3, (i) => `${marker} ${part}-${i}`));
+    }
+    const order: string[] = [];
+    const original = server.store.users.searchBetween.bind(server.store.users);
+    const spy = vi.spyOn(server.store.users, "searchBetween").mockImplementation((...args) => {
+      order.push("range");
+      if (order.length === 1) setImmediate(() => order.push("other work"));
+      return original(...args);
+    });
+    try {
+      const found: string[] = [];
+      let token = "";
+      do {
+        const page = await rawPage(await server.call("POST", "/api/v1/search/users", { query: marker, pageSize: 10, pageToken: token }), userIdOf);
+        expect(page.status).toBe(200);
+        found.push(...page.ids);
+        token = page.nextPageToken ?? "";
+      } while (token !== "");
+      expect(found).toEqual(matches);
+      // The first page (10 of 15 matches) read ranges until it had 11; another turn ran after the first range.
+      expect(order.slice(0, 3)).toEqual(["range", "other work", "range"]);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });
 

@@ -2,8 +2,10 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
 import { principalKey } from "../auth/principal.js";
 import { checkRoleChange, normalizeRoles } from "../auth/role-grants.js";
-import { listingFingerprint, paginate } from "../pagination/index.js";
+import { listingFingerprint, paginate, paginateAsync } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
+import type { Store } from "../store/store.js";
+import type { User, UserSearch } from "../store/users-repository.js";
 import { invalidArgument, limitText, notFound, requireField } from "./errors.js";
 import { userMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
@@ -83,15 +85,35 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       });
     },
 
-    search(req) {
+    async search(req) {
       const search = { query: req.query, email: req.email };
-      const page = paginate(
+      const page = await paginateAsync(
         pageTokens,
         listingFingerprint("users_search", search.query, search.email),
         req,
-        (after, limit) => store.users.searchAfter(search, after, limit),
+        (after, limit) => searchInRanges(store, search, after, limit),
       );
       return { list: page.items.map(userMessage), nextPageToken: page.nextPageToken };
     },
   };
+}
+
+/**
+ * Rows a search reads before it gives the thread back: a substring filter reads every row until
+ * the page is full, and a rare one read all 1,000,000 users of a large tenant at once (0.3-0.5 s
+ * with every other request waiting; 20 such searches 6 s). About 8 ms a range on the development VM.
+ */
+export const searchRangeRows = 20_000;
+
+/** Up to `limit` users matching `search` after `after`, read a range of searchRangeRows at a time with a turn of the event loop between ranges. */
+async function searchInRanges(store: Store, search: UserSearch, after: string | undefined, limit: number): Promise<User[]> {
+  const found: User[] = [];
+  let from = after;
+  for (;;) {
+    const through = store.users.idAfter(from, searchRangeRows);
+    found.push(...store.users.searchBetween(search, from, through, limit - found.length));
+    if (found.length >= limit || through === undefined) return found;
+    from = through;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
 }

@@ -25,7 +25,22 @@ export function paginate<T extends { id: string }>(
 ): Page<T> {
   const size = effectivePageSize(request.pageSize);
   const after = codec.decode(listing, request.pageToken ?? "");
-  const rows = fetch(after, size + 1);
+  return pageOf(codec, listing, size, fetch(after, size + 1));
+}
+
+/** paginate, for a `fetch` that gives the thread back while it works (a search reading many rows). */
+export async function paginateAsync<T extends { id: string }>(
+  codec: PageTokenCodec,
+  listing: string,
+  request: PageRequest,
+  fetch: (after: string | undefined, limit: number) => Promise<T[]>,
+): Promise<Page<T>> {
+  const size = effectivePageSize(request.pageSize);
+  const after = codec.decode(listing, request.pageToken ?? "");
+  return pageOf(codec, listing, size, await fetch(after, size + 1));
+}
+
+function pageOf<T extends { id: string }>(codec: PageTokenCodec, listing: string, size: number, rows: T[]): Page<T> {
   if (rows.length <= size) return { items: rows, nextPageToken: "" };
   const items = rows.slice(0, size);
   const last = items[items.length - 1];

@@ -55,6 +55,7 @@ export class UsersRepository {
   private readonly existsStmt;
   private readonly pageStmt;
   private readonly searchStmt;
+  private readonly idAfterStmt;
   private readonly updateStmt;
   private readonly roles: UserRolesRepository;
 
@@ -68,13 +69,14 @@ export class UsersRepository {
     this.existsStmt = db.prepare<[string], { one: number }>("SELECT 1 AS one FROM users WHERE id = ?");
     // "" sorts before every UUID, so one statement serves the first page and the next ones.
     this.pageStmt = db.prepare<[string, number], UserRow>(`SELECT ${userColumns("users")} FROM users WHERE id > ? ORDER BY id LIMIT ?`);
-    this.searchStmt = db.prepare<{ after: string; query: string; email: string; limit: number }, UserRow>(
+    this.searchStmt = db.prepare<{ after: string; through: string; query: string; email: string; limit: number }, UserRow>(
       `SELECT ${userColumns("users")} FROM users
-       WHERE id > :after
+       WHERE id > :after AND (:through = '' OR id <= :through)
          AND (:email = '' OR email = :email COLLATE NOCASE)
          AND (:query = '' OR instr(lower(display_name || ' ' || email || ' ' || username), lower(:query)) > 0)
        ORDER BY id LIMIT :limit`,
     );
+    this.idAfterStmt = db.prepare<[string, number], string>("SELECT id FROM users WHERE id > ? ORDER BY id LIMIT 1 OFFSET ?").pluck();
     this.updateStmt = db.prepare<[string, string, string, number, string]>(
       "UPDATE users SET display_name = ?, email = ?, username = ?, updated_at = ? WHERE id = ?",
     );
@@ -99,8 +101,18 @@ export class UsersRepository {
     return this.pageStmt.all(after ?? "", limit).map(toUser);
   }
 
-  searchAfter(search: UserSearch, after: string | undefined, limit: number): User[] {
-    return this.searchStmt.all({ after: after ?? "", query: search.query, email: search.email, limit }).map(toUser);
+  /**
+   * Up to `limit` matching users with ids after `after` and up to `through` (undefined: to the
+   * end), in id order. A search reads every row of its range (the filters are substrings), so
+   * callers search a range at a time: see `idAfter`.
+   */
+  searchBetween(search: UserSearch, after: string | undefined, through: string | undefined, limit: number): User[] {
+    return this.searchStmt.all({ after: after ?? "", through: through ?? "", query: search.query, email: search.email, limit }).map(toUser);
+  }
+
+  /** The id `count` users after `after` (the end of a range of `count` rows), or undefined when fewer are left. */
+  idAfter(after: string | undefined, count: number): string | undefined {
+    return this.idAfterStmt.get(after ?? "", count - 1);
   }
 
   /** Writes every field, roles included. */
