@@ -36,7 +36,8 @@ export function resetBudget(): void {
   iterationsLeft = maxComprehensionIterations;
   costLeft = maxEvaluationCost;
   exhausted = undefined;
-  patternsCharged.clear();
+  // Only when it holds something: V8's Set.clear allocates a new table (about 1 us an evaluation).
+  if (patternsCharged.size > 0) patternsCharged.clear();
 }
 
 /** What the last evaluation used (for tests and measurements). */
