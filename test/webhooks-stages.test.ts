@@ -230,6 +230,35 @@ describe("configuration", () => {
   });
 });
 
+/** An accepted delivery-log entry of `automationId`, logged at `msecs` (its UUIDv7 id carries the time). */
+function logAccepted(store: Store, automationId: string, msecs: number, seq: number, eventId = ""): void {
+  store.webhooks.deliveries.insert({
+    id: uuidv7({ msecs, seq }),
+    automationId,
+    eventId,
+    status: 200,
+    reason: "accepted",
+    sourceIp: "127.0.0.1",
+    sizeBytes: 1,
+    receivedAt: msecs,
+    executionId: "x",
+  });
+}
+
+/** Runs `work`, counting the event-loop turns (setImmediate callbacks) that ran meanwhile. */
+async function turnsDuring<T>(work: () => Promise<T>): Promise<{ result: T; turns: number }> {
+  let turns = 0;
+  let counting = true;
+  const count = (): void => {
+    turns++;
+    if (counting) setImmediate(count);
+  };
+  setImmediate(count);
+  const result = await work();
+  counting = false;
+  return { result, turns };
+}
+
 describe("housekeeping job", () => {
   it("deletes event records older than the retention and keeps newer ones", async () => {
     const store = Store.open(":memory:");
@@ -312,28 +341,10 @@ describe("housekeeping job", () => {
     store.transaction(() => {
       for (let i = 0; i < old; i++) {
         store.webhooks.events.insertIfNew({ listenerId: "l", eventId: `e${i}`, receivedAt: 0, executionId: "x" });
-        store.webhooks.deliveries.insert({
-          id: uuidv7({ msecs: 10 * day, seq: i }),
-          automationId: "a",
-          eventId: `e${i}`,
-          status: 200,
-          reason: "accepted",
-          sourceIp: "127.0.0.1",
-          sizeBytes: 1,
-          receivedAt: 10 * day,
-          executionId: "x",
-        });
+        logAccepted(store, "a", 10 * day, i, `e${i}`);
       }
     });
-    let turns = 0;
-    let counting = true;
-    const count = (): void => {
-      turns++;
-      if (counting) setImmediate(count);
-    };
-    setImmediate(count);
-    const result = await job.runOnce();
-    counting = false;
+    const { result, turns } = await turnsDuring(() => job.runOnce());
     expect(result).toEqual({ events: old, deliveries: old - 10, secrets: 0 });
     expect(store.webhooks.events.countFor("l")).toBe(0);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100)).toHaveLength(10);
@@ -350,29 +361,9 @@ describe("housekeeping job", () => {
     const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: day });
     await job.firstPass;
     store.transaction(() => {
-      for (let a = 0; a < 200; a++) {
-        store.webhooks.deliveries.insert({
-          id: uuidv7({ msecs: 10 * day, seq: a }),
-          automationId: `a${a}`,
-          eventId: "",
-          status: 200,
-          reason: "accepted",
-          sourceIp: "127.0.0.1",
-          sizeBytes: 1,
-          receivedAt: 10 * day,
-          executionId: "x",
-        });
-      }
+      for (let a = 0; a < 200; a++) logAccepted(store, `a${a}`, 10 * day, a);
     });
-    let turns = 0;
-    let counting = true;
-    const count = (): void => {
-      turns++;
-      if (counting) setImmediate(count);
-    };
-    setImmediate(count);
-    await job.runOnce();
-    counting = false;
+    const { turns } = await turnsDuring(() => job.runOnce());
     expect(turns).toBeGreaterThanOrEqual(200); // at least a turn an automation (two chunks each)
     job.stop();
     store.close();
