@@ -388,6 +388,30 @@ describe("a search over more users than one range", () => {
   });
 });
 
+describe("a search by an exact email", () => {
+  it("is an index lookup, whatever the case of the address, not a read of every user in ranges", async () => {
+    const now = Date.now();
+    const ids = [newId(), newId()];
+    server.store.transaction(() => {
+      server.store.users.insert({ id: ids[0] ?? "", displayName: "Grace", email: "Grace.Hopper@Example.com", username: "", createdAt: now, updatedAt: now });
+      server.store.users.insert({ id: ids[1] ?? "", displayName: "Grace H", email: "grace.hopper@example.COM", username: "", createdAt: now, updatedAt: now });
+    });
+    const ranges = vi.spyOn(server.store.users, "searchBetween");
+    const lookups = vi.spyOn(server.store.users, "searchByEmail");
+    try {
+      const page = await rawPage(await server.call("POST", "/api/v1/search/users", { email: "GRACE.HOPPER@example.com" }), userIdOf);
+      expect(page.ids).toEqual(ids);
+      const narrowed = await rawPage(await server.call("POST", "/api/v1/search/users", { email: "grace.hopper@example.com", query: "grace h" }), userIdOf);
+      expect(narrowed.ids).toEqual([ids[1]]);
+      expect(ranges).not.toHaveBeenCalled();
+      expect(lookups).toHaveBeenCalledTimes(2);
+    } finally {
+      ranges.mockRestore();
+      lookups.mockRestore();
+    }
+  });
+});
+
 describe("owners listing", () => {
   it("pages through owners without repeats", async () => {
     const appId = await createApp(server, "Owners paging");

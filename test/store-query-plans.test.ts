@@ -46,6 +46,10 @@ const allowed: { startsWith: string; why: string }[] = [
   { startsWith: "DELETE FROM webhook_events WHERE rowid IN", why: "housekeeping: the oldest rows, a LIMIT'ed walk from the front of the table in rowid (arrival) order" },
   { startsWith: "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL", why: "at most two secrets per automation, housekeeping only" },
   { startsWith: "SELECT * FROM token_signing_keys ORDER BY created_at", why: "a few signing keys, read at start and on rotation" },
+  {
+    startsWith: "SELECT users.*, (SELECT group_concat(role) FROM user_roles r WHERE r.user_id = users.id) AS roles FROM users INDEXED BY users_by_email_nocase",
+    why: "Search by an exact email: the users with that address, found through its index and sorted (a handful)",
+  },
 ];
 
 describe("store query plans", () => {

@@ -56,6 +56,7 @@ export class UsersRepository {
   private readonly pageStmt;
   private readonly searchStmt;
   private readonly idAfterStmt;
+  private readonly searchByEmailStmt;
   private readonly updateStmt;
   private readonly roles: UserRolesRepository;
 
@@ -77,6 +78,13 @@ export class UsersRepository {
        ORDER BY id LIMIT :limit`,
     );
     this.idAfterStmt = db.prepare<[string, number], string>("SELECT id FROM users WHERE id > ? ORDER BY id LIMIT 1 OFFSET ?").pluck();
+    // The users with one email address (a handful), found through the case-insensitive index.
+    this.searchByEmailStmt = db.prepare<{ after: string; query: string; email: string; limit: number }, UserRow>(
+      `SELECT ${userColumns("users")} FROM users INDEXED BY users_by_email_nocase
+       WHERE email = :email COLLATE NOCASE AND id > :after
+         AND (:query = '' OR instr(lower(display_name || ' ' || email || ' ' || username), lower(:query)) > 0)
+       ORDER BY id LIMIT :limit`,
+    );
     this.updateStmt = db.prepare<[string, string, string, number, string]>(
       "UPDATE users SET display_name = ?, email = ?, username = ?, updated_at = ? WHERE id = ?",
     );
@@ -108,6 +116,11 @@ export class UsersRepository {
    */
   searchBetween(search: UserSearch, after: string | undefined, through: string | undefined, limit: number): User[] {
     return this.searchStmt.all({ after: after ?? "", through: through ?? "", query: search.query, email: search.email, limit }).map(toUser);
+  }
+
+  /** searchBetween over every user, for a search with an `email`: through the email index, no range needed. */
+  searchByEmail(search: UserSearch, after: string | undefined, limit: number): User[] {
+    return this.searchByEmailStmt.all({ after: after ?? "", query: search.query, email: search.email, limit }).map(toUser);
   }
 
   /** The id `count` users after `after` (the end of a range of `count` rows), or undefined when fewer are left. */

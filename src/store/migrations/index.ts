@@ -4,6 +4,7 @@ import { iamSchema } from "./002-iam.js";
 import { webhooksSchema } from "./004-webhooks.js";
 import { leanWriteIndexesSchema } from "./005-lean-write-indexes.js";
 import { sealedSigningKeysSchema } from "./006-sealed-signing-keys.js";
+import { usersByEmailNocaseSchema } from "./007-users-by-email-nocase.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
 export interface Migration {
@@ -19,4 +20,5 @@ export const migrations: readonly Migration[] = [
   automationsSchema,
   leanWriteIndexesSchema,
   sealedSigningKeysSchema,
+  usersByEmailNocaseSchema,
 ];
