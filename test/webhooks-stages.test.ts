@@ -308,18 +308,7 @@ describe("housekeeping job", () => {
     const day = 86_400_000;
     const clock = new ManualClock(1_700_000_000_000);
     const cutoff = clock.now() - day;
-    const log = (msecs: number, eventId: string) =>
-      store.webhooks.deliveries.insert({
-        id: uuidv7({ msecs }),
-        automationId: "a",
-        eventId,
-        status: 200,
-        reason: "accepted",
-        sourceIp: "127.0.0.1",
-        sizeBytes: 1,
-        receivedAt: msecs,
-        executionId: "x",
-      });
+    const log = (msecs: number, eventId: string) => logAccepted(store, "a", msecs, 0, eventId);
     log(cutoff - day, "long-gone");
     log(cutoff - 1, "just-expired");
     log(cutoff, "kept");
