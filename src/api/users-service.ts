@@ -2,6 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
 import { principalKey } from "../auth/principal.js";
 import { checkRoleChange, normalizeRoles } from "../auth/role-grants.js";
+import { yieldToRequests } from "../event-loop.js";
 import { listingFingerprint, paginate, paginateAsync } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
 import type { Store } from "../store/store.js";
@@ -115,6 +116,6 @@ async function searchInRanges(store: Store, search: UserSearch, after: string | 
     found.push(...store.users.searchBetween(search, from, through, limit - found.length));
     if (found.length >= limit || through === undefined) return found;
     from = through;
-    await new Promise((resolve) => setImmediate(resolve));
+    await yieldToRequests();
   }
 }

@@ -1,5 +1,6 @@
 import cron from "node-cron";
 import type { Clock } from "../clock.js";
+import { yieldToRequests } from "../event-loop.js";
 import type { Logger } from "../logger.js";
 import type { Store } from "../store/store.js";
 
@@ -111,8 +112,4 @@ export function startWebhookHousekeeping(options: WebhookHousekeepingOptions): W
       void task.destroy();
     },
   };
-}
-
-function yieldToRequests(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
 }

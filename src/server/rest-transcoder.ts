@@ -27,6 +27,8 @@ interface RestRoute {
   handler: UniversalHandler;
   /** Fields bound by the path: they cannot also come from the query. */
   pathFields: Set<string>;
+  /** The request's `page_size` field, for a List or Search (found once, when the routes are built). */
+  pageSizeField: DescField | undefined;
 }
 
 export interface RestTranscoderOptions {
@@ -112,7 +114,7 @@ export class RestTranscoder {
       if (queryStart !== -1) {
         applyQuery(message, match.route, new URLSearchParams(url.slice(queryStart + 1)));
       }
-      clampPageSizeToInt32(message, match.route.rpc.input);
+      if (match.route.pageSizeField !== undefined) clampPageSizeToInt32(message, match.route.pageSizeField);
     } catch (e) {
       if (e instanceof BodyTooLargeError) {
         writeJsonError(res, Code.ResourceExhausted, e.message, 413);
@@ -200,7 +202,8 @@ function routesOf(handler: UniversalHandler): RestRoute[] {
     const pathFields = new Set(
       template.segments.flatMap((s) => ("fieldPath" in s ? [s.fieldPath.join(".")] : [])),
     );
-    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, handler, pathFields };
+    const pageSizeField = handler.method.input.fields.find((f) => f.name === "page_size");
+    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, handler, pathFields, pageSizeField };
   });
 }
 
@@ -320,9 +323,7 @@ const int32Min = -(2 ** 31);
  * would be refused by the decoder; REST callers get it clamped like any other large size. Not a
  * number, or not an integer: left for the decoder to refuse.
  */
-function clampPageSizeToInt32(message: JsonObject, input: DescMessage): void {
-  const field = input.fields.find((f) => f.name === "page_size");
-  if (field === undefined) return;
+function clampPageSizeToInt32(message: JsonObject, field: DescField): void {
   for (const key of new Set([field.jsonName, field.name])) {
     const given = message[key];
     // A number, or the text of one (the query's, or a JSON string): 1e999 and 400 nines are
