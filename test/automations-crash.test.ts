@@ -177,6 +177,8 @@ describe("crash safety", () => {
     await until("the execution behind it has run", async () => (await state(last, behind)) === "SUCCEEDED");
     const ended = (await last.call<{ execution: ExecutionJson & { error: string } }>("GET", `/api/v1/automation_executions/${poisoned}`)).execution;
     expect(ended).toMatchObject({ state: "FAILED", steps: [{ name: "fatal", state: "PENDING" }] }); // never run
+    // A batch's log lines are written after its commit, in the background: the state can be seen first.
+    await until("the log line of the execution behind it is written", () => automationLogLines(last.cli).length > 0);
     expect(automationLogLines(last.cli)).toEqual([`${behind}/fatal`]);
     expect(ended.error).toContain('step "fatal" was running when the process died, in 2 starts in a row');
     expect(last.cli.stdout()).toContain("automation execution failed");
