@@ -108,7 +108,10 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     trustedProxies: config.trustedProxies,
     jwksAllowHttp: config.jwksAllowHttp,
     cipher: dataKey.cipher,
-    findListener: (listenerId) => store.automations.findByListenerId(listenerId),
+    listeners: {
+      find: (listenerId) => store.automations.findByListenerId(listenerId),
+      writes: () => store.automations.listenerWrites(),
+    },
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
     handOffExecution: (execution) => worker.handOff(execution),
     onVerdict: (reason, status) => metrics.recordWebhookVerdict(reason, status),

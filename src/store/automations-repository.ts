@@ -60,6 +60,8 @@ export class AutomationsRepository {
   private readonly byListenerStmt;
   /** findByListenerId's answers (every webhook request asks); cleared by every write below. */
   private readonly listeners: ReadCache<string, Readonly<WebhookListenerTarget>>;
+  /** Counts the writes below (listenerWrites). */
+  private writes = 0;
 
   constructor(db: Database) {
     this.listeners = new ReadCache(db);
@@ -99,7 +101,7 @@ export class AutomationsRepository {
 
   /** Writes the automation and its first version. Call inside a transaction. */
   insert(a: Automation): void {
-    this.listeners.clear();
+    this.wrote();
     this.insertStmt.run(
       a.id,
       a.displayName,
@@ -129,7 +131,7 @@ export class AutomationsRepository {
    * Call inside a transaction.
    */
   update(a: Automation): void {
-    this.listeners.clear();
+    this.wrote();
     this.updateStmt.run(
       a.displayName,
       a.description,
@@ -144,13 +146,13 @@ export class AutomationsRepository {
 
   /** Publication and trigger toggle; these do not make a new version. */
   setFlags(a: Automation): void {
-    this.listeners.clear();
+    this.wrote();
     this.setFlagsStmt.run(a.published ? 1 : 0, a.triggerEnabled ? 1 : 0, a.updatedAt, a.id);
   }
 
   /** True when a row was deleted. Versions still named by executions stay, so those can finish. */
   delete(id: string): boolean {
-    this.listeners.clear();
+    this.wrote();
     const deleted = this.deleteStmt.run(id).changes > 0;
     if (deleted) this.deleteUnusedVersionsStmt.run({ id });
     return deleted;
@@ -160,6 +162,19 @@ export class AutomationsRepository {
   versionSteps(automationId: string, version: number): StepDefinition[] | undefined {
     const steps = this.versionStepsStmt.get(automationId, version);
     return steps === undefined ? undefined : (JSON.parse(steps) as StepDefinition[]);
+  }
+
+  /**
+   * How many writes to automations this process has made (each may change what a listener
+   * leads to). The same count as at an earlier findByListenerId means its answer still holds.
+   */
+  listenerWrites(): number {
+    return this.writes;
+  }
+
+  private wrote(): void {
+    this.writes++;
+    this.listeners.clear();
   }
 
   /** The automation behind a webhook listener: one indexed lookup, remembered until the next write. */

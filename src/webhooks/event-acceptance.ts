@@ -40,10 +40,20 @@ export class EventAcceptance {
     private readonly handOff: (execution: Execution) => void,
   ) {}
 
-  /** `inTransaction` runs inside the same transaction once the execution exists (the delivery log). */
-  async accept(event: EventToAccept, inTransaction: (executionId: string) => void = () => {}): Promise<AcceptedEvent | Rejection> {
+  /**
+   * `stillAcceptable` runs first in the transaction: a Rejection from it is the answer, and nothing
+   * is recorded (what the request was checked against changed while it was in flight).
+   * `inTransaction` runs inside the same transaction once the execution exists (the delivery log).
+   */
+  async accept(
+    event: EventToAccept,
+    inTransaction: (executionId: string) => void = () => {},
+    stillAcceptable: () => Rejection | undefined = () => undefined,
+  ): Promise<AcceptedEvent | Rejection> {
     const events = this.store.webhooks.events;
-    const accepted = await this.commits.run((): Execution | undefined => {
+    const accepted = await this.commits.run((): Execution | Rejection | undefined => {
+      const refused = stillAcceptable();
+      if (refused !== undefined) return refused;
       // The record first: its unique key is the check, one statement instead of a lookup and an insert.
       const executionId = newId();
       if (!events.insertIfNew({ listenerId: event.listenerId, eventId: event.eventId, receivedAt: event.receivedAt, executionId })) {
@@ -53,6 +63,7 @@ export class EventAcceptance {
       inTransaction(executionId);
       return execution;
     });
+    if (accepted instanceof Rejection) return accepted;
     if (accepted === undefined) {
       return new Rejection(409, "duplicate_event", "this Webhook-Event-Id was already accepted by this listener");
     }

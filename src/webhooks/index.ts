@@ -11,7 +11,7 @@ import { GroupCommit } from "./group-commit.js";
 import { webhookTriggerHooks } from "./hooks.js";
 import { IpRestrictions } from "./ip-restriction.js";
 import { JwksCache, type JwksCacheOptions } from "./jwks-cache.js";
-import type { FindListener } from "./listener-lookup.js";
+import type { ListenerDirectory } from "./listener-lookup.js";
 import { WebhookPipeline } from "./pipeline.js";
 import { WebhookSecretStore } from "./secret-store.js";
 import { SourceIpResolver } from "./source-ip.js";
@@ -21,7 +21,7 @@ export { defaultRotationGraceMs, WebhookSecretStore } from "./secret-store.js";
 export { webhookEndpointUrl, webhookPathPrefix } from "./endpoint-url.js";
 export { signHmacWebhook, signJwtWebhook, algorithmOf, type SignedHeaders, type JwtAlgorithm } from "./sign-request.js";
 export type { EnqueueExecution } from "./event-acceptance.js";
-export type { FindListener } from "./listener-lookup.js";
+export type { ListenerDirectory } from "./listener-lookup.js";
 
 export interface WebhooksOptions {
   store: Store;
@@ -32,8 +32,8 @@ export interface WebhooksOptions {
   jwksAllowHttp: boolean;
   /** Seals HMAC secrets at rest under the data key (see resolveDataKey). */
   cipher: SecretCipher;
-  /** The automation behind a listener id (the automations repository). */
-  findListener: FindListener;
+  /** The automations behind listener ids (the automations repository). */
+  listeners: ListenerDirectory;
   /** Creates a PENDING execution inside the caller's transaction (the automations queue). */
   enqueueExecution: EnqueueExecution;
   /** Hands a committed execution to the worker (and wakes it). */
@@ -57,12 +57,12 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
   const pipeline = new WebhookPipeline({
     clock,
     baseUrl: options.baseUrl,
-    findListener: options.findListener,
+    listeners: options.listeners,
     sourceIp: new SourceIpResolver(options.trustedProxies),
     ipRestrictions: new IpRestrictions(),
     hmacKeys: (automationId) => secrets.validKeys(automationId),
     jwks: new JwksCache(options.jwks, { clock, log: options.log }),
-    accept: (event, inTransaction) => acceptance.accept(event, inTransaction),
+    accept: (event, inTransaction, stillAcceptable) => acceptance.accept(event, inTransaction, stillAcceptable),
     deliveries: new DeliveryLog(store.webhooks.deliveries, {
       clock,
       refusalsPerSecond: defaultRefusalsPerSecond,

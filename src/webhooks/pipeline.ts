@@ -13,7 +13,7 @@ import type { IpRestrictions } from "./ip-restriction.js";
 import type { JwksCache } from "./jwks-cache.js";
 import { parseJsonBody } from "./json-body.js";
 import { verifyWebhookJwt } from "./jwt-verification.js";
-import { lookUpListener, type FindListener } from "./listener-lookup.js";
+import { lookUpListener, recheckListener, type ListenerDirectory } from "./listener-lookup.js";
 import { Rejection } from "./rejection.js";
 import { headerValue, requireHeaders, type HeaderMap } from "./required-headers.js";
 import type { SourceIpResolver } from "./source-ip.js";
@@ -23,14 +23,21 @@ export interface WebhookPipelineDeps {
   clock: Clock;
   /** The tenant base URL (JWT `sub`, prefix of the `aud`). */
   baseUrl: string;
-  findListener: FindListener;
+  listeners: ListenerDirectory;
   sourceIp: SourceIpResolver;
   ipRestrictions: IpRestrictions;
   /** The HMAC keys valid now for the automation's listener. */
   hmacKeys(automationId: string): readonly KeyObject[];
   jwks: JwksCache;
-  /** Settles once the acceptance committed (or failed: then it rejects and nothing is recorded). */
-  accept(event: EventToAccept, inTransaction: (executionId: string) => void): Promise<AcceptedEvent | Rejection>;
+  /**
+   * Settles once the acceptance committed (or failed: then it rejects and nothing is recorded).
+   * `stillAcceptable` runs first in its transaction; a Rejection from it records nothing.
+   */
+  accept(
+    event: EventToAccept,
+    inTransaction: (executionId: string) => void,
+    stillAcceptable: () => Rejection | undefined,
+  ): Promise<AcceptedEvent | Rejection>;
   deliveries: DeliveryLog;
   log: Logger;
 }
@@ -98,7 +105,8 @@ export class WebhookPipeline {
   private async stages(request: InboundWebhook, facts: DeliveryFacts): Promise<Accepted | Rejection> {
     const { deps } = this;
     // 1. listener lookup
-    const target = lookUpListener(deps.findListener, request.listenerId);
+    const writesAtLookup = deps.listeners.writes();
+    const target = lookUpListener(deps.listeners, request.listenerId);
     if (target instanceof Rejection) return target;
     facts.automationId = target.automationId;
     // 2. source IP
@@ -128,7 +136,8 @@ export class WebhookPipeline {
     // 8. published and enabled
     const inactive = checkActive(target);
     if (inactive !== undefined) return inactive;
-    // 9. record and enqueue, once
+    // 9. record and enqueue, once, if the automation did not change meanwhile in a way that refuses it
+    const snapshot = { listenerId: request.listenerId, target, writes: writesAtLookup };
     const accepted = await deps.accept(
       {
         listenerId: target.trigger.listenerId,
@@ -138,6 +147,7 @@ export class WebhookPipeline {
         receivedAt: facts.receivedAt,
       },
       (executionId) => deps.deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
+      () => recheckListener(deps.listeners, deps.ipRestrictions, snapshot, facts.sourceIp),
     );
     if (accepted instanceof Rejection) return accepted;
     // 10. accepted
