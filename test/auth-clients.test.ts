@@ -132,4 +132,42 @@ describe("user roles", () => {
     expect(cleared.status).toBe(200);
     expect(((await cleared.json()) as { user: { roles?: string[] } }).user.roles ?? []).toEqual([]);
   });
+
+  describe("a Create still hashing its secret when its caller is revoked", () => {
+    /**
+     * A Super Admin client of its own, and 16 Creates from it at once: scrypt runs on libuv's four
+     * threads, so they finish over ~0.2 s, long after `revoke` has been answered.
+     */
+    async function createsAcross(revoke: (clientId: string, userId: string) => Promise<Response>) {
+      const callerUser = await userIdWith(["SUPER_ADMIN"]);
+      const created = await server.call("POST", "/api/v1/iam/clients", { displayName: "caller", userId: callerUser });
+      const caller = (await created.json()) as { client: { id: string }; clientSecret: string };
+      const token = await requestToken(server, { grant_type: "client_credentials", client_id: caller.client.id, client_secret: caller.clientSecret });
+      const named = await userIdWith([]);
+      const creates = Array.from({ length: 16 }, () =>
+        server.call("POST", "/api/v1/iam/clients", { displayName: "late", userId: named }, bearer(String(token.body.access_token))),
+      );
+      await new Promise((r) => setTimeout(r, 10));
+      expect((await revoke(caller.client.id, callerUser)).status).toBe(200);
+      const clientsOfNamed = () => server.store.db.prepare<[string], number>("SELECT count(*) FROM clients WHERE user_id = ?").pluck().get(named);
+      const atRevocation = clientsOfNamed();
+      const statuses = await Promise.all(creates.map(async (res) => (await res).status));
+      return { atRevocation, after: clientsOfNamed(), statuses };
+    }
+
+    it("writes no client once the caller's client was deleted (401)", async () => {
+      const { atRevocation, after, statuses } = await createsAcross((clientId) => server.call("DELETE", `/api/v1/iam/clients/${clientId}`));
+      expect(after).toBe(atRevocation);
+      expect(statuses).toContain(401);
+      expect(statuses.filter((s) => s === 200)).toHaveLength(atRevocation ?? 0);
+    });
+
+    it("writes no client once the caller's user was demoted (403)", async () => {
+      const { atRevocation, after, statuses } = await createsAcross((_clientId, userId) =>
+        server.call("POST", `/api/v1/users/${userId}`, { user: { roles: ["ADMIN"] }, updateMask: "roles" }),
+      );
+      expect(after).toBe(atRevocation);
+      expect(statuses).toContain(403);
+    });
+  });
 });

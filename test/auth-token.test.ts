@@ -1,3 +1,5 @@
+import { scrypt } from "node:crypto";
+import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { PassThrough } from "node:stream";
@@ -111,6 +113,24 @@ describe("POST /auth/v1/token with client_secret_post", () => {
     );
     expect(answer.status).toBe(401);
     expect(answer.body.error).toBe("invalid_client");
+  });
+
+  it("issues no token to a client deleted while its secret was being checked", async () => {
+    const users = await server.call("POST", "/api/v1/users", { displayName: "soon gone", roles: ["READ_ONLY"] });
+    const userId = ((await users.json()) as { user: { id: string } }).user.id;
+    const created = await server.call("POST", "/api/v1/iam/clients", { displayName: "soon gone", userId });
+    const client = (await created.json()) as { client: { id: string }; clientSecret: string };
+    // libuv's four threads busy with slow scrypts: the request's secret check waits behind them,
+    // and the client is deleted meanwhile (through the store: the API's own checks would wait too).
+    const busy = Array.from({ length: 4 }, () => promisify(scrypt)("x", "y", 32, { N: 2 ** 16, r: 8, maxmem: 2 ** 28 }));
+    const answer = requestToken(server, { grant_type: "client_credentials", client_id: client.client.id, client_secret: client.clientSecret });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(server.store.clients.delete(client.client.id)).toBe(true);
+    await Promise.all(busy);
+    expect(await answer).toMatchObject({
+      status: 401,
+      body: { error: "invalid_client", error_description: "unknown client or wrong client_secret" },
+    });
   });
 
   it("answers 400 invalid_request to credentials in a Basic Authorization header", async () => {

@@ -3,7 +3,9 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { ClientAuthMethod, Clients, ClientSchema, type Client } from "../../gen/svc/api/iam/v1/clients_pb.js";
-import { hashSecret, newClientSecret, publicKeyToRegister, UnsupportedKeyError } from "../auth/index.js";
+import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import { confirmCaller } from "../auth/authorization-interceptor.js";
+import { hashSecret, newClientSecret, principalKey, publicKeyToRegister, UnsupportedKeyError } from "../auth/index.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import type { Client as ClientRecord } from "../store/clients-repository.js";
 import { newId } from "../store/ids.js";
@@ -17,22 +19,20 @@ import type { ServiceContext } from "./service-context.js";
  */
 export function clientsService({ store, clock, pageTokens }: ServiceContext): ServiceImpl<typeof Clients> {
   return {
-    async create(req) {
+    async create(req, context) {
       const displayName = requireField(req.displayName, "displayName");
       const userId = requireField(req.userId, "userId");
       if (!store.users.exists(userId)) throw notFound("user", userId);
       const publicJwk = req.publicJwk === undefined ? undefined : await registeredKey(req.publicJwk);
       const clientSecret = publicJwk === undefined ? newClientSecret() : "";
-      const client: ClientRecord = {
-        id: newId(),
-        userId,
-        displayName,
-        secretHash: publicJwk === undefined ? await hashSecret(clientSecret) : undefined,
-        publicJwk,
-        createdAt: clock.now(),
-      };
-      // The user may have been deleted while the secret was hashed; the foreign key would refuse.
+      const secretHash = publicJwk === undefined ? await hashSecret(clientSecret) : undefined;
+      // While the key was imported or the secret hashed (scrypt, ~40 ms), the caller's client may
+      // have been deleted or its user demoted, and the user named may have been deleted (the
+      // foreign key would refuse it). The id and the time are drawn now, so that id order stays
+      // creation order for the listing's pages.
+      confirmCaller(context.values.get(principalKey), (id) => store.clients.principalOf(id), Role.SUPER_ADMIN, context.method);
       if (!store.users.exists(userId)) throw notFound("user", userId);
+      const client: ClientRecord = { id: newId(), userId, displayName, secretHash, publicJwk, createdAt: clock.now() };
       store.clients.insert(client);
       return { client: clientMessage(client), clientSecret };
     },

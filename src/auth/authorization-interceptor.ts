@@ -54,15 +54,40 @@ async function authenticate(authorization: string | null, options: Authorization
   return { clientId, userId: found.userId, roles: found.roles, role: highestRole(found.roles) };
 }
 
+/**
+ * For a handler that awaits (hashing, key import) before it writes: the caller as it is now, after
+ * the interceptor let it through. A client deleted, or a user demoted below `needed`, while the
+ * handler waited is refused as the interceptor would refuse it now (401, 403), so a revocation
+ * answered before the write takes effect on it.
+ */
+export function confirmCaller(
+  principal: Principal | undefined,
+  principalOf: AuthorizationOptions["principalOf"],
+  needed: Role,
+  method: DescMethod,
+): void {
+  const now = principal === undefined ? undefined : principalOf(principal.clientId);
+  if (principal === undefined || now === undefined || now.userId !== principal.userId) {
+    throw unauthenticated("the client of this token no longer exists", true);
+  }
+  const role = highestRole(now.roles);
+  if (!roleAtLeast(role, needed)) {
+    throw new ConnectError(`${procedureOf(method)} requires role ${Role[needed]}; the caller now has ${roleName(role)}`, Code.PermissionDenied);
+  }
+}
+
+const procedureOf = (method: DescMethod) => `${method.parent.typeName}.${method.name}`;
+const roleName = (role: Role) => (role === Role.ROLE_UNSPECIFIED ? "no role" : Role[role]);
+
 function authorize(principal: Principal, method: DescMethod, requiredRoles: RequiredRoles): void {
-  const procedure = `${method.parent.typeName}.${method.name}`;
+  const procedure = procedureOf(method);
   const needed = requiredRoles.of(method);
   if (needed === undefined) {
     throw new ConnectError(`${procedure} declares no required role and is refused`, Code.PermissionDenied);
   }
   if (!roleAtLeast(principal.role, needed)) {
     throw new ConnectError(
-      `${procedure} requires role ${Role[needed]}; the caller has ${principal.role === Role.ROLE_UNSPECIFIED ? "no role" : Role[principal.role]}`,
+      `${procedure} requires role ${Role[needed]}; the caller has ${roleName(principal.role)}`,
       Code.PermissionDenied,
     );
   }

@@ -151,17 +151,27 @@ async function authenticateClient(clientId: string, credential: Credential, opti
     throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client_id is longer than any client's");
   }
   const client = options.store.clients.get(clientId);
-  if (credential.kind === "secret") {
-    // An unknown client is checked against a decoy hash, so it takes as long as a wrong secret.
-    const matches = await verifySecret(credential.secret, client?.secretHash ?? decoyHash);
-    if (client === undefined) throw invalidClient(secretRefusal, "unknown client");
-    if (client.secretHash === undefined) throw invalidClient(secretRefusal, "this client authenticates with private_key_jwt");
-    if (!matches) throw invalidClient(secretRefusal, "wrong client_secret");
-    return client;
+  const authenticated = credential.kind === "secret"
+    ? await checkSecret(credential.secret, client)
+    : await verifyClientAssertion(credential.assertion, client, {
+        audiences: [`${options.baseUrl}${tokenPath}`, options.baseUrl],
+        clock: options.clock,
+        jtis: options.store.assertionJtis,
+      });
+  // The client may have been deleted while its credential was checked (scrypt, a signature): no
+  // token for a client that no longer exists, even one that would fail at its first use.
+  const now = options.store.clients.get(clientId);
+  if (now === undefined || now.createdAt !== authenticated.createdAt) {
+    throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
   }
-  return verifyClientAssertion(credential.assertion, client, {
-    audiences: [`${options.baseUrl}${tokenPath}`, options.baseUrl],
-    clock: options.clock,
-    jtis: options.store.assertionJtis,
-  });
+  return authenticated;
+}
+
+async function checkSecret(secret: string, client: Client | undefined): Promise<Client> {
+  // An unknown client is checked against a decoy hash, so it takes as long as a wrong secret.
+  const matches = await verifySecret(secret, client?.secretHash ?? decoyHash);
+  if (client === undefined) throw invalidClient(secretRefusal, "unknown client");
+  if (client.secretHash === undefined) throw invalidClient(secretRefusal, "this client authenticates with private_key_jwt");
+  if (!matches) throw invalidClient(secretRefusal, "wrong client_secret");
+  return client;
 }
