@@ -1,5 +1,4 @@
 import { scrypt } from "node:crypto";
-import { promisify } from "node:util";
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { PassThrough } from "node:stream";
@@ -122,7 +121,10 @@ describe("POST /auth/v1/token with client_secret_post", () => {
     const client = (await created.json()) as { client: { id: string }; clientSecret: string };
     // libuv's four threads busy with slow scrypts: the request's secret check waits behind them,
     // and the client is deleted meanwhile (through the store: the API's own checks would wait too).
-    const busy = Array.from({ length: 4 }, () => promisify(scrypt)("x", "y", 32, { N: 2 ** 16, r: 8, maxmem: 2 ** 28 }));
+    const busy = Array.from(
+      { length: 4 },
+      () => new Promise((resolve) => scrypt("x", "y", 32, { N: 2 ** 16, r: 8, maxmem: 2 ** 28 }, resolve)),
+    );
     const answer = requestToken(server, { grant_type: "client_credentials", client_id: client.client.id, client_secret: client.clientSecret });
     await new Promise((r) => setTimeout(r, 50));
     expect(server.store.clients.delete(client.client.id)).toBe(true);
