@@ -72,7 +72,7 @@ export function loadConfig(env: Env = process.env): Config {
     host: parseHost(env, "ACCESSD_HOST") ?? configDefaults.host,
     port: parseInteger(env, "ACCESSD_PORT", 0, 65535) ?? configDefaults.port,
     database: parseNonEmpty(env, "ACCESSD_DATABASE") ?? configDefaults.database,
-    baseUrl: parseBaseUrl(env, "ACCESSD_BASE_URL") ?? configDefaults.baseUrl,
+    baseUrl: parseBaseUrl(env, "ACCESSD_BASE_URL") ?? defaultBaseUrl(env),
     logLevel: parseLogLevel(env, "ACCESSD_LOG_LEVEL") ?? configDefaults.logLevel,
     logBufferBytes: mebibytes(parseInteger(env, "ACCESSD_LOG_BUFFER_MIB", 1, 4096)) ?? configDefaults.logBufferBytes,
     apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
@@ -160,10 +160,24 @@ function parseBaseUrl(env: Env, name: string): string | undefined {
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw new ConfigError(name, `"${value}" must be an http or https URL`);
   }
+  if (url.username !== "" || url.password !== "") {
+    // Not echoed: it names a credential, and the base URL is in every token and endpoint URL.
+    throw new ConfigError(name, "must not carry a user name or password (user:password@)");
+  }
   if (url.search !== "" || url.hash !== "") {
-    throw new ConfigError(name, `"${value}" must not carry a query or fragment`);
+    throw new ConfigError(name, `"${url.origin}${url.pathname}" must not carry a query or fragment`);
   }
   return value.replace(/\/+$/, "");
+}
+
+/**
+ * Without ACCESSD_BASE_URL, the URL a client on this machine reaches the server at: localhost and
+ * ACCESSD_PORT (8080 unless set; an ephemeral port 0 cannot be known before listening). Endpoint
+ * URLs and the tokens' issuer come from it, so a server moved to another port names itself right.
+ */
+function defaultBaseUrl(env: Env): string {
+  const port = parseInteger(env, "ACCESSD_PORT", 0, 65535);
+  return port === undefined || port === 0 ? configDefaults.baseUrl : `http://localhost:${port}`;
 }
 
 const logLevels: readonly LogLevel[] = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];

@@ -26,6 +26,7 @@ describe("svc.api.iam.v1.Clients", () => {
     const userId = await userIdWith(["ADMIN"]);
     const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "ci", userId });
     expect(res.status).toBe(200);
+    expect(res.headers.get("cache-control")).toBe("no-store"); // it carries the secret
     const body = (await res.json()) as {
       client: { id: string; displayName: string; userId: string; authMethod: string; createdAt: string };
       clientSecret: string;
@@ -47,6 +48,18 @@ describe("svc.api.iam.v1.Clients", () => {
     const list = (JSON.parse(text) as { list: { id: string }[]; nextPageToken: string }).list;
     expect(list.map((c) => c.id)).toContain(body.client.id);
     expect(JSON.parse(text)).toHaveProperty("nextPageToken", "");
+  });
+
+  it("marks Connect answers no-store too (a Create's carries the secret)", async () => {
+    const userId = await userIdWith(["READ_ONLY"]);
+    const res = await fetch(`${server.url}/svc.api.iam.v1.Clients/Create`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...bearer(await server.tokenFor(Role.SUPER_ADMIN)) },
+      body: JSON.stringify({ displayName: "ci", userId }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("cache-control")).toBe("no-store");
+    expect(((await res.json()) as { clientSecret: string }).clientSecret).toMatch(/^[\w-]{43}$/);
   });
 
   it("registers a public JWK and keeps only its public members", async () => {

@@ -59,6 +59,13 @@ export interface HttpServerOptions {
  * and hands HTTP/2 (prior knowledge, as gRPC clients speak it) to an http2 server and anything
  * else to an HTTP/1.1 server; both call the same dispatcher.
  */
+/**
+ * Every API answer is an authenticated caller's view, and some carry a secret shown once (a new
+ * client's secret, a webhook secret): no shared or browser cache may keep them (RFC 9111 5.2.2.5;
+ * the token endpoint says the same, RFC 6749 5.1).
+ */
+const apiCacheControl = "no-store";
+
 export class HttpServer {
   private readonly server: ReturnType<typeof httpolyglot.createServer>;
   private readonly connections: ConnectionTracker;
@@ -181,6 +188,7 @@ export class HttpServer {
     const { connect, rest, rawRoutes } = this.options;
     if (connect.has(path)) {
       facts.protocol = protocolOfContentType(req.headers["content-type"]);
+      res.setHeader("cache-control", apiCacheControl);
       return connect.handle(req, res, path, facts);
     }
     for (const route of rawRoutes) {
@@ -193,7 +201,10 @@ export class HttpServer {
       const ready = !this.shuttingDown && this.options.ready();
       return writeJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not ready" });
     }
-    if (path.startsWith("/api/")) return rest.handle(req, res, facts);
+    if (path.startsWith("/api/")) {
+      res.setHeader("cache-control", apiCacheControl);
+      return rest.handle(req, res, facts);
+    }
     const protocol = protocolOfContentType(req.headers["content-type"]);
     if (protocol === "grpc" || protocol === "grpc-web") {
       // A gRPC client reads grpc-status, not the HTTP status: a 404 reaches grpc-js as
