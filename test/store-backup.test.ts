@@ -174,4 +174,22 @@ describe("accessd backup", () => {
     expect(existsSync(dataKeyFilePath(copy))).toBe(false);
     await (await startTestServer({ database: copy, dataKey })).close();
   });
+
+  it("creates the database, its folder, its -wal and -shm and the backup copy readable by their owner only, whatever the umask", async () => {
+    const dir = join(tempDir(), "new-folder");
+    const database = join(dir, "private.db");
+    const umask = process.umask(0o022);
+    try {
+      const server = await startTestServer({ database });
+      const modes = [dir, database, `${database}-wal`, `${database}-shm`].map((path) => (statSync(path).mode & 0o777).toString(8));
+      await server.close();
+      expect(modes).toEqual(["700", "600", "600", "600"]);
+    } finally {
+      process.umask(umask);
+    }
+    const copy = join(tempDir(), "copy.db");
+    const backup = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
+    expect(await backup.exited).toEqual({ code: 0, signal: null });
+    expect((statSync(copy).mode & 0o777).toString(8)).toBe("600");
+  });
 });

@@ -3,6 +3,7 @@ import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { ConfigError } from "../config.js";
 import { dataKeyFilePath, readKeyFile, sealedSample } from "./data-key.js";
+import { createOwnerOnly } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
 import { SecretCipher } from "./secret-cipher.js";
 import { DatabaseOpenError, refuseNonFileDatabase } from "./store.js";
@@ -58,6 +59,7 @@ export function backupDatabase(databasePath: string, destination: string, option
             "restored; run the backup with the key (or key file) the server starts with",
         );
       }
+      createOwnerOnly(partial); // VACUUM INTO fills an empty file, keeping its mode
       source.prepare("VACUUM INTO ?").run(partial);
     } finally {
       source.close();

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, statSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fsyncSync, openSync, readFileSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
-import type { Database } from "./database.js";
+import { makeDatabaseFolder, type Database } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
 import { SecretCipher } from "./secret-cipher.js";
 import type { Store } from "./store.js";
@@ -145,7 +145,7 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
 }
 
 function readOrCreateKeyFile(path: string): Buffer {
-  mkdirSync(dirname(path), { recursive: true });
+  makeDatabaseFolder(path); // the key file sits beside the database
   try {
     writeNewKeyFile(path, randomBytes(32));
   } catch (e) {

@@ -1,4 +1,4 @@
-import { mkdirSync } from "node:fs";
+import { closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { migrations, type Migration } from "./migrations/index.js";
@@ -8,9 +8,16 @@ export type Database = BetterSqlite3.Database;
 /**
  * Opens the SQLite file (creating its folder), sets the pragmas the service relies on and applies
  * every migration not yet applied, each in its own transaction.
+ *
+ * A new database is created readable by its owner only (0600, its new folder 0700), whatever the
+ * umask: it holds personal data, webhook bodies and the hashes of client secrets. SQLite gives
+ * the -wal and -shm files the database file's mode. An existing file's mode is left as it is.
  */
 export function openDatabase(path: string, extraMigrations: readonly Migration[] = []): Database {
-  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+  if (path !== ":memory:") {
+    makeDatabaseFolder(path);
+    createOwnerOnly(path);
+  }
   const db = new BetterSqlite3(path);
   try {
     configureAndMigrate(db, extraMigrations);
@@ -19,6 +26,23 @@ export function openDatabase(path: string, extraMigrations: readonly Migration[]
     throw e;
   }
   return db;
+}
+
+/** The folder of a database file, made (with its missing parents) readable by its owner only. */
+export function makeDatabaseFolder(databasePath: string): void {
+  mkdirSync(dirname(databasePath), { recursive: true, mode: 0o700 });
+}
+
+/** Creates `path` empty with mode 0600 unless it exists (SQLite makes an empty file a new database). */
+export function createOwnerOnly(path: string): void {
+  let fd: number;
+  try {
+    fd = openSync(path, "wx", 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "EEXIST") return;
+    throw e;
+  }
+  closeSync(fd);
 }
 
 function configureAndMigrate(db: Database, extraMigrations: readonly Migration[]): void {

@@ -1,6 +1,7 @@
-import { mkdirSync, realpathSync, statSync } from "node:fs";
+import { realpathSync, statSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
+import { makeDatabaseFolder } from "./database.js";
 
 /** Another process holds the database's serving lock. */
 export class DatabaseInUseError extends Error {
@@ -60,7 +61,7 @@ export class ServingLock {
   /** Takes the lock for `databasePath` (nothing to take for ":memory:"); throws DatabaseInUseError when it is held. */
   static acquire(databasePath: string): ServingLock {
     if (databasePath === ":memory:") return new ServingLock(undefined);
-    mkdirSync(dirname(databasePath), { recursive: true }); // a first start makes the database's folder
+    makeDatabaseFolder(databasePath); // a first start makes the database's folder
     refuseHardLinks(databasePath);
     const path = servingLockPath(databasePath);
     let lock: BetterSqlite3.Database | undefined;
