@@ -192,4 +192,14 @@ describe("accessd backup", () => {
     expect(await backup.exited).toEqual({ code: 0, signal: null });
     expect((statSync(copy).mode & 0o777).toString(8)).toBe("600");
   });
+
+  it("names a destination folder that does not exist (exit 1, nothing written)", async () => {
+    const dir = tempDir();
+    const database = join(dir, "a.db");
+    await (await startTestServer({ database })).close();
+    const missing = join(dir, "no-such-folder");
+    const backup = track(spawnCli(["backup", join(missing, "copy.db")], { ACCESSD_DATABASE: database }));
+    expect(await backup.exited).toEqual({ code: 1, signal: null });
+    expect(backup.stderr().trim()).toBe(`accessd: the folder ${missing} does not exist; create it first`);
+  });
 });

@@ -39,6 +39,7 @@ export function backupDatabase(databasePath: string, destination: string, option
   refuseNonFileDatabase(databasePath);
   const keyFile = options.dataKey === undefined ? dataKeyFilePath(databasePath) : undefined;
   const keyCopy = keyFile === undefined ? undefined : dataKeyFilePath(destination);
+  if (!existsSync(dirname(destination))) throw new Error(`the folder ${dirname(destination)} does not exist; create it first`);
   for (const target of [destination, keyCopy]) {
     if (target !== undefined && existsSync(target)) throw new Error(`${target} exists; a backup does not overwrite anything`);
   }
