@@ -122,8 +122,17 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   checkDataKey(store, dataKey, () => webhooks.secrets.keyOpensStoredSecrets());
   const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock, cipher: dataKey.cipher });
   if (config.bootstrapClient !== undefined) {
+    const { clientId } = config.bootstrapClient;
     const outcome = await ensureBootstrapClient(store, clock, config.bootstrapClient);
-    log.info({ clientId: config.bootstrapClient.clientId, outcome }, "bootstrap Super Admin client");
+    if (outcome === "secret-differs") {
+      log.warn(
+        { clientId, outcome },
+        "bootstrap Super Admin client: ACCESSD_BOOTSTRAP_CLIENT_SECRET is not this existing client's secret and was not used " +
+          "(the client keeps its secret; to replace it, delete the client, or stop the server and run `accessd bootstrap`)",
+      );
+    } else {
+      log.info({ clientId, outcome }, "bootstrap Super Admin client");
+    }
   }
   const requiredRoles = new RequiredRoles();
   const connect = new ConnectHandlers({

@@ -2,6 +2,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { ensureBootstrapClient } from "../src/auth/bootstrap.js";
+import { verifySecret } from "../src/auth/client-secret.js";
+import { systemClock } from "../src/clock.js";
+import { Store } from "../src/store/store.js";
 import { spawnCli } from "./support/spawn-cli.js";
 import { requestToken } from "./support/auth-helpers.js";
 import { startTestServer, testBootstrapClient } from "./support/test-server.js";
@@ -74,6 +78,21 @@ describe("accessd bootstrap", () => {
       expect(user.user.roles).toEqual(["SUPER_ADMIN"]);
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe("ACCESSD_BOOTSTRAP_CLIENT_SECRET changed for an existing client", () => {
+  it("keeps the client's secret and says the variable's was not used (a rotation through the environment does not happen)", async () => {
+    const store = Store.open(":memory:");
+    try {
+      const given = { clientId: "ops-admin", clientSecret: "first-secret-first-secret" };
+      expect(await ensureBootstrapClient(store, systemClock, given)).toBe("created");
+      expect(await ensureBootstrapClient(store, systemClock, given)).toBe("exists");
+      expect(await ensureBootstrapClient(store, systemClock, { ...given, clientSecret: "second-secret-second-secret" })).toBe("secret-differs");
+      expect(await verifySecret(given.clientSecret, store.clients.get("ops-admin")?.secretHash ?? "")).toBe(true);
+    } finally {
+      await store.close();
     }
   });
 });

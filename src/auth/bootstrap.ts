@@ -2,7 +2,7 @@ import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import type { Clock } from "../clock.js";
 import { newId } from "../store/ids.js";
 import type { Store } from "../store/store.js";
-import { hashSecret, newClientSecret } from "./client-secret.js";
+import { hashSecret, newClientSecret, verifySecret } from "./client-secret.js";
 
 export interface ClientCredentials {
   clientId: string;
@@ -50,14 +50,20 @@ export async function createSuperAdminClient(
 /**
  * ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET: creates that Super Admin client when no client has the id.
  * An existing client is left as it is (its secret is not replaced), so changing the variable
- * later does not rotate a secret silently; delete the client to re-create it.
+ * later does not rotate a secret silently; delete the client to re-create it. "secret-differs"
+ * says the variable's secret is not the client's: an operator who changed it to rotate a leaked
+ * secret is not protected, and must be told (the start logs a warning).
  */
 export async function ensureBootstrapClient(
   store: Store,
   clock: Clock,
   bootstrap: { clientId: string; clientSecret: string },
-): Promise<"created" | "exists"> {
-  if (store.clients.get(bootstrap.clientId) !== undefined) return "exists";
+): Promise<"created" | "exists" | "secret-differs"> {
+  const existing = store.clients.get(bootstrap.clientId);
+  if (existing !== undefined) {
+    const same = existing.secretHash !== undefined && (await verifySecret(bootstrap.clientSecret, existing.secretHash));
+    return same ? "exists" : "secret-differs";
+  }
   await createSuperAdminClient(store, clock, bootstrap);
   return "created";
 }
