@@ -344,6 +344,13 @@ describe("POST /api/v1/search/users (page fields in the body)", () => {
     expect(listing.status).toBe(400);
   });
 
+  it("takes a search's token for the same search in other ASCII case (which finds the same users)", async () => {
+    const first = await search({ query: prefix, pageSize: 10 });
+    const next = await search({ query: prefix.toUpperCase(), pageSize: 10, pageToken: first.nextPageToken });
+    expect(next.status).toBe(200);
+    expect(next.ids).toEqual(matching.slice(10, 20));
+  });
+
   it("answers 400 to page fields in the query of the POST", async () => {
     const res = await server.call("POST", "/api/v1/search/users?page_size=10", { query: prefix });
     expect(res.status).toBe(400);

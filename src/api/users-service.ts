@@ -90,7 +90,8 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       const search = { query: req.query, email: req.email };
       const page = await paginateAsync(
         pageTokens,
-        listingFingerprint("users_search", search.query, search.email),
+        // The search ignores ASCII case (SQLite's lower() and NOCASE), so its token does too.
+        listingFingerprint("users_search", lowerAscii(search.query), lowerAscii(search.email)),
         req,
         (after, limit) => searchInRanges(store, search, after, limit),
       );
@@ -98,6 +99,8 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
     },
   };
 }
+
+const lowerAscii = (text: string) => text.replace(/[A-Z]+/g, (upper) => upper.toLowerCase());
 
 /**
  * Rows a search reads before it gives the thread back: a substring filter reads every row until
