@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import type { Server as HttpServerBase } from "node:http";
-import type { Http2Server, ServerHttp2Session } from "node:http2";
+import type { Http2Server, Http2Session, ServerHttp2Session, ServerHttp2Stream } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { finished } from "node:stream/promises";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
@@ -264,8 +264,8 @@ function innerServers(server: ReturnType<typeof httpolyglot.createServer>): { ht
  *   reading its first bytes to pick the protocol, before any server (and any timeout) has it.
  *   It is destroyed after `silentMs` unless it was handed to the HTTP/1.1 or HTTP/2 server (the
  *   first then times the headers, the second the session);
- * - an HTTP/2 session with no frame for `http2IdleMs` (Node sets no idle timeout on sessions):
- *   closed with GOAWAY, which lets open streams finish and tells gRPC and Connect clients to
+ * - an HTTP/2 session with no open stream and no frame for `http2IdleMs` (Node sets no idle
+ *   timeout on sessions): closed with GOAWAY, which lets open streams finish and tells gRPC and Connect clients to
  *   reconnect for their next call. Idle HTTP/1.1 keep-alive connections close after 5 s already.
  * Before: a silent connection stayed open for good (20 s observed with a 3 s request timeout).
  */
@@ -289,8 +289,22 @@ function cutIdleConnections(
     timer.unref();
     socket.once("close", () => clearTimeout(timer));
   });
+  // Idle means no open stream, as for gRPC's MAX_CONNECTION_IDLE: a health Watch can be silent
+  // for hours while its client's keepalive PINGs (which do not reset Node's timer) say it is
+  // there. Closing such a session (GOAWAY) made grpc-js drop the connection at its next PING,
+  // and the Watch with it; the session's timer is armed again instead.
+  const openStreams = new WeakMap<Http2Session, number>();
+  http2?.on("stream", (stream: ServerHttp2Stream) => {
+    const session = stream.session;
+    if (session === undefined) return;
+    openStreams.set(session, (openStreams.get(session) ?? 0) + 1);
+    stream.once("close", () => openStreams.set(session, (openStreams.get(session) ?? 1) - 1));
+  });
   http2?.setTimeout(http2IdleMs);
-  http2?.on("timeout", (session: ServerHttp2Session) => session.close());
+  http2?.on("timeout", (session: ServerHttp2Session) => {
+    if ((openStreams.get(session) ?? 0) > 0) session.setTimeout(http2IdleMs); // the next 'timeout' reaches this listener too
+    else session.close();
+  });
 }
 
 /**

@@ -1,7 +1,16 @@
 import { once } from "node:events";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import * as grpc from "@grpc/grpc-js";
 import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  HealthCheckRequestSchema,
+  HealthCheckResponse_ServingStatus,
+  HealthCheckResponseSchema,
+  type HealthCheckRequest,
+  type HealthCheckResponse,
+} from "../../gen/grpc/health/v1/health_pb.js";
 import { rawRequest } from "../support/raw-http.js";
 import { until } from "../support/served-process.js";
 import { startTestServer, type TestServer } from "../support/test-server.js";
@@ -133,6 +142,30 @@ describe("slow clients", () => {
     idleSession.close();
     expect(statuses.length).toBeGreaterThan(10);
     expect(statuses.every((s) => s === 200)).toBe(true);
+  });
+
+  it("keeps an HTTP/2 session with an open stream (a grpc-js health Watch with keepalive) past the idle limit", async () => {
+    const client = new grpc.Client(`${server.address.address}:${server.address.port}`, grpc.credentials.createInsecure(), {
+      "grpc.keepalive_time_ms": 300,
+      "grpc.keepalive_permit_without_calls": 1,
+    });
+    const events: string[] = [];
+    const watch = client.makeServerStreamRequest(
+      "/grpc.health.v1.Health/Watch",
+      (m: HealthCheckRequest) => Buffer.from(toBinary(HealthCheckRequestSchema, m)),
+      (bytes: Buffer) => fromBinary(HealthCheckResponseSchema, bytes),
+      create(HealthCheckRequestSchema, {}),
+    );
+    watch.on("data", (m: HealthCheckResponse) => events.push(`status ${m.status}`));
+    watch.on("error", (e: grpc.ServiceError) => events.push(`error ${e.code} ${e.details}`));
+    try {
+      // Idle sessions are closed after twice the request timeout; this one holds a stream for 3.5x.
+      await new Promise((r) => setTimeout(r, 3.5 * requestTimeoutMs));
+      expect(events).toEqual([`status ${HealthCheckResponse_ServingStatus.SERVING}`]);
+    } finally {
+      watch.cancel();
+      client.close();
+    }
   });
 
   it("holds at most 256 streams of one HTTP/2 connection at once, so stalled ones cannot pile up", async () => {
