@@ -1,4 +1,5 @@
 import { scrypt } from "node:crypto";
+import { gzipSync } from "node:zlib";
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { PassThrough } from "node:stream";
@@ -173,6 +174,18 @@ describe("POST /auth/v1/token with client_secret_post", () => {
     expect(((await twice.json()) as { error: string }).error).toBe("invalid_request");
     const text = await fetch(`${server.url}/auth/v1/token`, { method: "POST", headers: { "content-type": "text/plain" }, body: "x" });
     expect(text.status).toBe(400);
+  });
+
+  it("answers 415 invalid_request to a compressed body (it read as a form without parameters)", async () => {
+    const form = "grant_type=client_credentials&client_id=a&client_secret=b";
+    const res = await fetch(`${server.url}/auth/v1/token`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", "content-encoding": "gzip" },
+      body: gzipSync(form),
+    });
+    expect(res.status).toBe(415);
+    expect(res.headers.get("accept-encoding")).toBe("identity");
+    expect(((await res.json()) as { error: string }).error).toBe("invalid_request");
   });
 
   it("answers 405 to GET", async () => {

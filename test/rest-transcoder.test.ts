@@ -157,6 +157,13 @@ describe("request bodies", () => {
     expect(error.body.message).toContain("display_name");
   });
 
+  it("answers 415 with Accept-Encoding: identity to a compressed body", async () => {
+    const res = await server.call("POST", "/api/v1/users", { displayName: "Ada" }, { "content-encoding": "gzip" });
+    expect(res.status).toBe(415);
+    expect(res.headers.get("accept-encoding")).toBe("identity");
+    expect(((await res.json()) as JsonError).message).toBe("Content-Encoding gzip is not supported: send the body uncompressed");
+  });
+
   it("answers 415 to a body that is not JSON by Content-Type", async () => {
     const res = await server.call("POST", "/api/v1/users", "displayName=Ada", { "content-type": "text/plain" });
     expect(res.status).toBe(415);

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { connect as http2Connect } from "node:http2";
+import { gzipSync } from "node:zlib";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -115,6 +116,17 @@ describe("inbound webhooks: HMAC listeners", () => {
     }
     const textPlain = await send(body, { ...hmacHeaders(hook, body), "Content-Type": "text/plain" });
     expect(textPlain.status).toBe(400);
+  });
+
+  it("answers 400 to a compressed body (Content-Encoding other than identity), also a plain one labelled gzip, and takes identity", async () => {
+    const body = '{"gzip":"no"}';
+    const gzipped = await send(gzipSync(body), { ...hmacHeaders(hook, gzipSync(body)), "Content-Encoding": "gzip" });
+    expect(gzipped).toEqual({
+      status: 400,
+      body: { code: "invalid_argument", message: 'Content-Encoding "gzip" is not supported: send the body uncompressed' },
+    });
+    expect((await send(body, { ...hmacHeaders(hook, body), "Content-Encoding": "gzip" })).status).toBe(400);
+    expect((await send(body, { ...hmacHeaders(hook, body), "Content-Encoding": "identity" })).status).toBe(200);
   });
 
   it("answers 400 to a timestamp 301 s old or 302 s ahead and to a non-numeric one, and 200 to one 299 s old", async () => {

@@ -87,6 +87,13 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
       "client credentials go in the request body (client_secret_post or private_key_jwt), not in an Authorization header",
     );
   }
+  const encoding = req.headers["content-encoding"];
+  if (encoding !== undefined && encoding.toLowerCase() !== "identity") {
+    // A compressed body read as a form had no parameters ("grant_type is required").
+    throw new OAuthError("invalid_request", `Content-Encoding ${encoding} is not supported: send the body uncompressed`, 415, {
+      "accept-encoding": "identity",
+    });
+  }
   let body: Buffer;
   try {
     body = await readBody(req, maxBodyBytes);

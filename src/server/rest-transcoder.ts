@@ -119,7 +119,7 @@ export class RestTranscoder {
       if (e instanceof BodyTooLargeError) {
         writeJsonError(res, Code.ResourceExhausted, e.message, 413);
       } else if (e instanceof RestRequestError) {
-        writeJsonError(res, Code.InvalidArgument, e.message, e.status);
+        writeJsonError(res, Code.InvalidArgument, e.message, e.status, e.headers);
       } else {
         throw e;
       }
@@ -161,7 +161,10 @@ export class RestTranscoder {
     if (route.body === "") return {};
     const encoding = req.headers["content-encoding"];
     if (encoding !== undefined && encoding !== "identity") {
-      throw new RestRequestError(`Content-Encoding ${encoding} is not supported`, 415);
+      // RFC 9110 15.5.16: a 415 for a content coding says which codings are accepted.
+      throw new RestRequestError(`Content-Encoding ${encoding} is not supported: send the body uncompressed`, 415, {
+        "accept-encoding": "identity",
+      });
     }
     const contentType = req.headers["content-type"];
     if (contentType !== undefined && !/^application\/([a-z.+-]*\+)?json\s*(;|$)/i.test(contentType)) {
@@ -188,6 +191,7 @@ class RestRequestError extends Error {
   constructor(
     message: string,
     readonly status = 400,
+    readonly headers: Record<string, string> = {},
   ) {
     super(message);
   }

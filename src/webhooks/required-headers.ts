@@ -8,8 +8,17 @@ export interface WebhookHeaders {
   eventId: string;
 }
 
-/** Stage 3: `Content-Type: application/json`, `Webhook-Timestamp` and `Webhook-Event-Id` are present. */
+/**
+ * Stage 3: `Content-Type: application/json`, `Webhook-Timestamp` and `Webhook-Event-Id` are
+ * present, and the body is not compressed (`Content-Encoding` absent or `identity`): the signature
+ * and the JSON are of the body as sent, so a gzipped one failed later as "not valid JSON" or a
+ * signature mismatch, and a plain body labelled gzip was accepted.
+ */
 export function requireHeaders(headers: HeaderMap): WebhookHeaders | Rejection {
+  const encoding = single(headers["content-encoding"]);
+  if (encoding !== undefined && encoding.toLowerCase() !== "identity") {
+    return badRequest("content_encoding_not_supported", `Content-Encoding ${JSON.stringify(encoding)} is not supported: send the body uncompressed`);
+  }
   const contentType = single(headers["content-type"]);
   if (contentType === undefined) {
     return badRequest("content_type_missing", "Content-Type is required and must be application/json");
