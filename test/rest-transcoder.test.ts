@@ -157,6 +157,16 @@ describe("request bodies", () => {
     expect(error.body.message).toContain("display_name");
   });
 
+  it("reads a body that starts with a UTF-8 byte order mark, as Connect does", async () => {
+    const res = await fetch(`${server.url}/api/v1/users`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json" },
+      body: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"displayName":"BOM"}')]),
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { user: { displayName: string } }).user.displayName).toBe("BOM");
+  });
+
   it("answers 415 with Accept-Encoding: identity to a compressed body", async () => {
     const res = await server.call("POST", "/api/v1/users", { displayName: "Ada" }, { "content-encoding": "gzip" });
     expect(res.status).toBe(415);

@@ -172,7 +172,9 @@ export class RestTranscoder {
     }
     const bytes = await readBody(req, this.options.maxBodyBytes);
     if (bytes.length === 0) return {};
-    const text = bytes.toString("utf8");
+    // A leading byte order mark is dropped, as Connect's decoder (TextDecoder) and the webhooks do
+    // (RFC 8259 8.1 lets a parser ignore it), so a body reads the same on every protocol.
+    const text = bytes.toString("utf8").replace(/^\uFEFF/, "");
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
