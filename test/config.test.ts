@@ -124,23 +124,6 @@ describe("ACCESSD_* names accessd does not read", () => {
 });
 
 describe("accessd serve with a bad ACCESSD_* value", () => {
-  it("names the server by its port when ACCESSD_BASE_URL is unset (endpoint URLs and the tokens' issuer)", () => {
-    expect(loadConfig({ ACCESSD_PORT: "18204" }).baseUrl).toBe("http://localhost:18204");
-    expect(loadConfig({ ACCESSD_PORT: "18204", ACCESSD_BASE_URL: "https://acme.example.com" }).baseUrl).toBe("https://acme.example.com");
-  });
-
-  it("refuses a base URL with credentials without echoing them", () => {
-    let error: unknown;
-    try {
-      loadConfig({ ACCESSD_BASE_URL: "https://ops:hunter2hunter2@acme.example.com" });
-    } catch (e) {
-      error = e;
-    }
-    expect(error).toBeInstanceOf(ConfigError);
-    expect(String((error as Error).message)).not.toContain("hunter2");
-    expect(() => loadConfig({ ACCESSD_BASE_URL: "https://acme.example.com/?token=hunter2" })).toThrow(/^(?!.*hunter2)/s);
-  });
-
   it.each([
     ["ACCESSD_PORT", "abc"],
     ["ACCESSD_LOG_LEVEL", "loud"],
