@@ -1,11 +1,13 @@
 import { randomUUID } from "node:crypto";
-import { createClient } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { reusedWhenSlow } from "../src/main.js";
 import { Metrics } from "../src/observability/metrics.js";
+import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
+import { requestFactsKey } from "../src/server/request-context.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
@@ -233,3 +235,23 @@ describe("counts that take long to read", () => {
     expect(reads).toBe(4);
   });
 });
+
+describe("the outcome code of an RPC whose client went away", () => {
+  it("is canceled, not the error the handler met on its way out (a Watch reset before its request: unimplemented)", async () => {
+    const metrics = new Metrics({ processMetrics: false });
+    const abort = new AbortController();
+    abort.abort(new ConnectError("the client went away", Code.Canceled));
+    const request = {
+      service: Health,
+      method: Health.method.watch,
+      signal: abort.signal,
+      contextValues: createContextValues().set(requestFactsKey, { requestId: "r", protocol: "grpc", peerAddress: "" }),
+    } as unknown as Parameters<ReturnType<Interceptor>>[0];
+    const missingInput = () => Promise.reject(new ConnectError("protocol error: missing input message", Code.Unimplemented));
+    await expect(metricsInterceptor(metrics)(missingInput)(request)).rejects.toThrow("missing input message");
+    const { body } = await metrics.exposition();
+    expect(sample(body, "accessd_requests_total", { protocol: "grpc", operation: "grpc.health.v1.Health.Watch", code: "canceled" })).toBe(1);
+    expect(body).not.toContain('code="unimplemented"');
+  });
+});
+

@@ -1,5 +1,5 @@
-import { ConnectError, type Interceptor, type StreamResponse } from "@connectrpc/connect";
-import { codeName } from "../server/json-error.js";
+import type { Interceptor, StreamResponse } from "@connectrpc/connect";
+import { outcomeCodeName } from "../server/json-error.js";
 import { requestFactsKey } from "../server/request-context.js";
 import type { Metrics } from "./metrics.js";
 
@@ -23,7 +23,7 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
     try {
       res = await next(req);
     } catch (e) {
-      record(codeName(ConnectError.from(e).code));
+      record(outcomeCodeName(e, req.signal));
       throw e;
     }
     if (!res.stream) {
@@ -32,16 +32,16 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
     }
     // A cancelled stream may never be iterated again, so its end is learned from the signal.
     req.signal.addEventListener("abort", () => record("canceled"), { once: true });
-    return { ...res, message: observeStream(res.message, record) } satisfies StreamResponse;
+    return { ...res, message: observeStream(res.message, record, req.signal) } satisfies StreamResponse;
   };
 }
 
-async function* observeStream<O>(messages: AsyncIterable<O>, record: (code: string) => void): AsyncIterable<O> {
+async function* observeStream<O>(messages: AsyncIterable<O>, record: (code: string) => void, signal: AbortSignal): AsyncIterable<O> {
   try {
     yield* messages;
     record("ok");
   } catch (e) {
-    record(codeName(ConnectError.from(e).code));
+    record(outcomeCodeName(e, signal));
     throw e;
   }
 }

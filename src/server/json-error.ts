@@ -58,6 +58,16 @@ export function codeName(code: Code): string {
   return codeNames[code];
 }
 
+/**
+ * The code an RPC that failed is logged and counted under. Once its client went away (its request
+ * signal aborted) that is the reason the signal gives, `canceled` for a reset or a closed
+ * connection, whatever error the handler met on its way out: connect-es reported a Watch stream
+ * reset before its request message arrived as `unimplemented` ("missing input message").
+ */
+export function outcomeCodeName(error: unknown, signal: AbortSignal): string {
+  return codeName(ConnectError.from(signal.aborted ? signal.reason : error).code);
+}
+
 export function httpStatusOf(code: Code): number {
   return codeStatus[code];
 }

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
-import { codeName } from "./json-error.js";
+import { outcomeCodeName } from "./json-error.js";
 import { requestFactsKey } from "./request-context.js";
 
 /**
@@ -22,12 +22,11 @@ export function loggingInterceptor(log: Logger): Interceptor {
       return res;
     } catch (e) {
       const error = ConnectError.from(e);
+      const code = outcomeCodeName(e, req.signal);
       // Unavailable: the store failing (storeUnavailableInterceptor), which operators must see.
-      const level = error.code === Code.Internal || error.code === Code.Unknown || error.code === Code.Unavailable ? "error" : "info";
-      log[level](
-        { ...fields, code: codeName(error.code), durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) },
-        "rpc",
-      );
+      const serverSide = error.code === Code.Internal || error.code === Code.Unknown || error.code === Code.Unavailable;
+      const level = serverSide && code !== "canceled" ? "error" : "info";
+      log[level]({ ...fields, code, durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) }, "rpc");
       throw e;
     }
   };
