@@ -292,7 +292,9 @@ function cutIdleConnections(
   // Idle means no open stream, as for gRPC's MAX_CONNECTION_IDLE: a health Watch can be silent
   // for hours while its client's keepalive PINGs (which do not reset Node's timer) say it is
   // there. Closing such a session (GOAWAY) made grpc-js drop the connection at its next PING,
-  // and the Watch with it; the session's timer is armed again instead.
+  // and the Watch with it. So a session whose timer fires with a stream open gets a timer of its
+  // own again, with this same check as its handler (the server's 'timeout' is emitted only for
+  // the timer Node set first), until it fires with none open.
   const openStreams = new WeakMap<Http2Session, number>();
   http2?.on("stream", (stream: ServerHttp2Stream) => {
     const session = stream.session;
@@ -300,11 +302,12 @@ function cutIdleConnections(
     openStreams.set(session, (openStreams.get(session) ?? 0) + 1);
     stream.once("close", () => openStreams.set(session, (openStreams.get(session) ?? 1) - 1));
   });
-  http2?.setTimeout(http2IdleMs);
-  http2?.on("timeout", (session: ServerHttp2Session) => {
-    if ((openStreams.get(session) ?? 0) > 0) session.setTimeout(http2IdleMs); // the next 'timeout' reaches this listener too
+  const closeIfIdle = (session: Http2Session): void => {
+    if ((openStreams.get(session) ?? 0) > 0) session.setTimeout(http2IdleMs, () => closeIfIdle(session));
     else session.close();
-  });
+  };
+  http2?.setTimeout(http2IdleMs);
+  http2?.on("timeout", (session: ServerHttp2Session) => closeIfIdle(session));
 }
 
 /**

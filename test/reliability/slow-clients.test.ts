@@ -1,7 +1,7 @@
 import { once } from "node:events";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
-import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
+import { connect as http2Connect, constants as http2Constants, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -159,13 +159,34 @@ describe("slow clients", () => {
     watch.on("data", (m: HealthCheckResponse) => events.push(`status ${m.status}`));
     watch.on("error", (e: grpc.ServiceError) => events.push(`error ${e.code} ${e.details}`));
     try {
-      // Idle sessions are closed after twice the request timeout; this one holds a stream for 3.5x.
-      await new Promise((r) => setTimeout(r, 3.5 * requestTimeoutMs));
+      // Idle sessions are closed after twice the request timeout; this one holds a stream for
+      // 4.5x (the idle timer fires twice with it open).
+      await new Promise((r) => setTimeout(r, 4.5 * requestTimeoutMs));
       expect(events).toEqual([`status ${HealthCheckResponse_ServingStatus.SERVING}`]);
     } finally {
       watch.cancel();
       client.close();
     }
+  });
+
+  it("closes an HTTP/2 session within the idle limit once its long stream ended (a session cannot earn an exemption)", async () => {
+    const session = http2Connect(server.url);
+    session.on("error", () => {});
+    const watch = session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc" });
+    watch.on("error", () => {});
+    watch.resume();
+    watch.end(Buffer.from([0, 0, 0, 0, 0])); // one empty HealthCheckRequest
+    const goaway = once(session, "goaway");
+    await new Promise((r) => setTimeout(r, 4.5 * requestTimeoutMs)); // two idle periods with the stream open
+    expect(session.closed || session.destroyed).toBe(false);
+    const ended = Date.now();
+    watch.close(http2Constants.NGHTTP2_CANCEL);
+    const closedAfter = await Promise.race([
+      goaway.then(() => Date.now() - ended),
+      new Promise<number>((r) => setTimeout(() => r(Infinity), 3 * requestTimeoutMs + slackMs)),
+    ]);
+    expect(closedAfter).toBeLessThan(2 * requestTimeoutMs + slackMs);
+    session.close();
   });
 
   it("holds at most 256 streams of one HTTP/2 connection at once, so stalled ones cannot pile up", async () => {
