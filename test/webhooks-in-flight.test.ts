@@ -1,7 +1,10 @@
 import { createPublicKey } from "node:crypto";
 import { request } from "node:http";
 import { exportJWK } from "jose";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { GroupCommit } from "../src/webhooks/group-commit.js";
+import { IpRestrictions } from "../src/webhooks/ip-restriction.js";
+import { recheckListener } from "../src/webhooks/listener-lookup.js";
 import { signJwtWebhook } from "../src/webhooks/index.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import {
@@ -182,6 +185,39 @@ describe("inbound webhooks: an automation changed while a request is in flight",
     expect((await outcome(hook)).executions).toBe(0);
   });
 
+  it("refuses with 401 when the HMAC secret was rotated without grace after the signature was checked", async () => {
+    const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const original = GroupCommit.prototype.run;
+    // The rotation lands between stage 6 (the signature, checked) and the group's commit.
+    const run = vi.spyOn(GroupCommit.prototype, "run").mockImplementationOnce(async function (this: GroupCommit, work) {
+      await ok(server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, { gracePeriod: "0s" }));
+      return original.call(this, work);
+    });
+    try {
+      const body = '{"user":"u-1"}';
+      const answer = await postWebhook(hook.postUrl, hmacHeaders(hook, body), body);
+      expect(answer).toEqual({ status: 401, body: { code: "unauthenticated", message: "Webhook-Signature does not match the request" } });
+      expect(await outcome(hook)).toEqual({ executions: 0, deliveries: [{ status: 401, reason: "signature_mismatch" }] });
+    } finally {
+      run.mockRestore();
+    }
+  });
+
+  it("accepts across a rotation with the default grace (the old secret stays valid)", async () => {
+    const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const original = GroupCommit.prototype.run;
+    const run = vi.spyOn(GroupCommit.prototype, "run").mockImplementationOnce(async function (this: GroupCommit, work) {
+      await ok(server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, {}));
+      return original.call(this, work);
+    });
+    try {
+      const body = '{"user":"u-1"}';
+      expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status).toBe(200);
+    } finally {
+      run.mockRestore();
+    }
+  });
+
   it("accepts when what changed does not concern the request (another automation, this one's name)", async () => {
     const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
     const other = await createWebhookAutomation(server, { authMethod: "HMAC" });
@@ -191,5 +227,32 @@ describe("inbound webhooks: an automation changed while a request is in flight",
     });
     expect(answer.status).toBe(200);
     expect(await outcome(hook)).toEqual({ executions: 1, deliveries: [{ status: 200, reason: "accepted" }] });
+  });
+});
+
+describe("recheckListener", () => {
+  const target = {
+    automationId: "a1",
+    published: true,
+    triggerEnabled: true,
+    trigger: { kind: "webhook" as const, listenerId: "l1", authMethod: "HMAC" as const, jwksUrl: "", ipRestrictionEnabled: false, allowedCidrs: [] },
+  };
+
+  it("reads nothing when automations were not written since stage 1 (the webhook path's one comparison), and reads again when they were", () => {
+    let finds = 0;
+    let writes = 7;
+    const listeners = {
+      find: () => {
+        finds++;
+        return { ...target, triggerEnabled: false };
+      },
+      writes: () => writes,
+    };
+    const snapshot = { listenerId: "l1", target, writes: 7 };
+    expect(recheckListener(listeners, new IpRestrictions(), snapshot, "127.0.0.1")).toBeUndefined();
+    expect(finds).toBe(0);
+    writes = 8;
+    expect(recheckListener(listeners, new IpRestrictions(), snapshot, "127.0.0.1")?.reason).toBe("trigger_disabled");
+    expect(finds).toBe(1);
   });
 });

@@ -61,6 +61,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     sourceIp: new SourceIpResolver(options.trustedProxies),
     ipRestrictions: new IpRestrictions(),
     hmacKeys: (automationId) => secrets.validKeys(automationId),
+    hmacKeyWrites: () => secrets.writes,
     jwks: new JwksCache(options.jwks, { clock, log: options.log }),
     accept: (event, inTransaction, stillAcceptable) => acceptance.accept(event, inTransaction, stillAcceptable),
     deliveries: new DeliveryLog(store.webhooks.deliveries, {

@@ -28,6 +28,8 @@ export interface WebhookPipelineDeps {
   ipRestrictions: IpRestrictions;
   /** The HMAC keys valid now for the automation's listener. */
   hmacKeys(automationId: string): readonly KeyObject[];
+  /** A count of the changes to HMAC secrets (replace, rotate, remove): unchanged, `hmacKeys` answers as before. */
+  hmacKeyWrites(): number;
   jwks: JwksCache;
   /**
    * Settles once the acceptance committed (or failed: then it rejects and nothing is recorded).
@@ -128,6 +130,7 @@ export class WebhookPipeline {
     facts.sizeBytes = read.body.length;
     facts.bodyConsumed = true;
     // 6. authentication
+    const keyWritesAtCheck = deps.hmacKeyWrites();
     const authRejection = await this.authenticate(target, request.headers, headers.timestamp, headers.eventId, read.body);
     if (authRejection !== undefined) return authRejection;
     // 7. JSON
@@ -147,11 +150,32 @@ export class WebhookPipeline {
         receivedAt: facts.receivedAt,
       },
       (executionId) => deps.deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
-      () => recheckListener(deps.listeners, deps.ipRestrictions, snapshot, facts.sourceIp),
+      () =>
+        recheckListener(deps.listeners, deps.ipRestrictions, snapshot, facts.sourceIp) ??
+        this.recheckHmacKeys(target, keyWritesAtCheck, request.headers, headers, read.body),
     );
     if (accepted instanceof Rejection) return accepted;
     // 10. accepted
     return { eventId, executionId: accepted.executionId };
+  }
+
+  /**
+   * Stage 9, after recheckListener: an HMAC secret rotated without grace (a leaked one) or replaced
+   * after the signature was checked ends what the signature was checked with, so the signature
+   * is checked again against the keys valid now. Without a secret change since stage 6 this is
+   * one comparison.
+   */
+  private recheckHmacKeys(
+    target: WebhookListenerTarget,
+    keyWritesAtCheck: number,
+    requestHeaders: HeaderMap,
+    headers: { timestamp: string; eventId: string },
+    body: Buffer,
+  ): Rejection | undefined {
+    const { deps } = this;
+    if (target.trigger.authMethod !== "HMAC" || deps.hmacKeyWrites() === keyWritesAtCheck) return undefined;
+    const keys = deps.hmacKeys(target.automationId);
+    return verifyHmacSignature(keys, headerValue(requestHeaders, "webhook-signature"), headers.timestamp, headers.eventId, body);
   }
 
   private authenticate(

@@ -22,12 +22,19 @@ export interface RotatedSecret {
  */
 export class WebhookSecretStore {
   private readonly keys = new Map<string, KeyObject>();
+  /** Counts replace, rotate and remove: unchanged, the keys a signature was checked with still hold. */
+  private changes = 0;
 
   constructor(
     private readonly repository: WebhookSecretsRepository,
     private readonly cipher: SecretCipher,
     private readonly clock: Clock,
   ) {}
+
+  /** How many times secrets were replaced, rotated or removed in this process. */
+  get writes(): number {
+    return this.changes;
+  }
 
   hasCurrent(automationId: string): boolean {
     return this.repository.current(automationId) !== undefined;
@@ -41,12 +48,14 @@ export class WebhookSecretStore {
 
   /** A new current secret; the earlier ones stay valid for `graceMs`. */
   rotate(automationId: string, graceMs: number): RotatedSecret {
+    this.changes++;
     const previousExpiresAt = this.clock.now() + graceMs;
     this.repository.expireAll(automationId, previousExpiresAt);
     return { secret: this.issue(automationId), previousExpiresAt };
   }
 
   remove(automationId: string): void {
+    this.changes++;
     for (const secret of this.repository.valid(automationId, 0)) this.keys.delete(secret.id);
     this.repository.deleteFor(automationId);
   }
