@@ -131,7 +131,15 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
   } finally {
     admission.attempt.release(); // a success, or a failure of the store: not a guess that failed
   }
-  return options.tokens.issue(client);
+  const issued = await options.tokens.issue(client);
+  // The client may have been deleted while its credential was checked (scrypt, a signature) or
+  // its token signed (WebCrypto, on the same thread pool): no token for a client that no longer
+  // exists, even one that would fail at its first use.
+  const now = options.store.clients.get(clientId);
+  if (now === undefined || now.createdAt !== client.createdAt) {
+    throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
+  }
+  return issued;
 }
 
 type Credential = { kind: "secret"; secret: string } | { kind: "assertion"; assertion: string };
@@ -165,12 +173,6 @@ async function authenticateClient(clientId: string, credential: Credential, opti
         clock: options.clock,
         jtis: options.store.assertionJtis,
       });
-  // The client may have been deleted while its credential was checked (scrypt, a signature): no
-  // token for a client that no longer exists, even one that would fail at its first use.
-  const now = options.store.clients.get(clientId);
-  if (now === undefined || now.createdAt !== authenticated.createdAt) {
-    throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
-  }
   return authenticated;
 }
 
