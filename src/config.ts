@@ -155,10 +155,11 @@ function parseBaseUrl(env: Env, name: string): string | undefined {
   try {
     url = new URL(value);
   } catch {
-    throw new ConfigError(name, `"${value}" is not an absolute URL`);
+    // Not echoed here or below: `user:password@host` parses as a URL with the scheme `user:`.
+    throw new ConfigError(name, "is not an absolute URL (http://host[:port][/path])");
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new ConfigError(name, `"${value}" must be an http or https URL`);
+    throw new ConfigError(name, `must be an http or https URL, not ${url.protocol}`);
   }
   if (url.username !== "" || url.password !== "") {
     // Not echoed: it names a credential, and the base URL is in every token and endpoint URL.

@@ -189,7 +189,8 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
 
   const address = await server.listen(config.port, config.host);
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
-  log.info({ address: address.address, port: address.port, database: config.database }, "accessd listening");
+  // The base URL names the tokens' issuer and the webhook endpoints: logged, so a change shows.
+  log.info({ address: address.address, port: address.port, database: config.database, baseUrl: config.baseUrl }, "accessd listening");
   worker.start();
   const housekeeping = startWebhookHousekeeping({ store, clock, log, retentionMs: config.eventRetentionMs });
 

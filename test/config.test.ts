@@ -57,6 +57,9 @@ describe("loadConfig", () => {
     expect(error).toBeInstanceOf(ConfigError);
     expect(String((error as Error).message)).not.toContain("hunter2");
     expect(() => loadConfig({ ACCESSD_BASE_URL: "https://acme.example.com/?token=hunter2" })).toThrow(/^(?!.*hunter2)/s);
+    for (const value of ["ops:hunter2hunter2@acme.example.com", "ftp://ops:hunter2hunter2@acme.example.com"]) {
+      expect(() => loadConfig({ ACCESSD_BASE_URL: value })).toThrow(/^(?!.*hunter2)/s);
+    }
   });
 
   it.each([
