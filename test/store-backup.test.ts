@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { existsSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, renameSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
@@ -191,6 +191,11 @@ describe("accessd backup", () => {
     const backup = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
     expect(await backup.exited).toEqual({ code: 0, signal: null });
     expect((statSync(copy).mode & 0o777).toString(8)).toBe("600");
+    // Through a symbolic link to a file not made yet, too.
+    const linkDir = tempDir();
+    symlinkSync(join(linkDir, "target.db"), join(linkDir, "link.db"));
+    await (await startTestServer({ database: join(linkDir, "link.db") })).close();
+    expect((statSync(join(linkDir, "target.db")).mode & 0o777).toString(8)).toBe("600");
   });
 
   it("names a destination folder that does not exist (exit 1, nothing written)", async () => {

@@ -88,7 +88,7 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
     );
   }
   const encoding = req.headers["content-encoding"];
-  if (encoding !== undefined && encoding.toLowerCase() !== "identity") {
+  if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
     // A compressed body read as a form had no parameters ("grant_type is required").
     throw new OAuthError("invalid_request", `Content-Encoding ${encoding} is not supported: send the body uncompressed`, 415, {
       "accept-encoding": "identity",

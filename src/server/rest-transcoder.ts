@@ -160,7 +160,7 @@ export class RestTranscoder {
   private async requestJson(req: NodeRequest, route: RestRoute): Promise<JsonObject> {
     if (route.body === "") return {};
     const encoding = req.headers["content-encoding"];
-    if (encoding !== undefined && encoding !== "identity") {
+    if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
       // RFC 9110 15.5.16: a 415 for a content coding says which codings are accepted.
       throw new RestRequestError(`Content-Encoding ${encoding} is not supported: send the body uncompressed`, 415, {
         "accept-encoding": "identity",

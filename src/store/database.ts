@@ -1,4 +1,4 @@
-import { closeSync, mkdirSync, openSync } from "node:fs";
+import { closeSync, constants, existsSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { migrations, type Migration } from "./migrations/index.js";
@@ -33,16 +33,14 @@ export function makeDatabaseFolder(databasePath: string): void {
   mkdirSync(dirname(databasePath), { recursive: true, mode: 0o700 });
 }
 
-/** Creates `path` empty with mode 0600 unless it exists (SQLite makes an empty file a new database). */
+/**
+ * Creates `path` empty with mode 0600 unless it exists (SQLite makes an empty file a new database);
+ * an existing file is not opened at all. Without O_EXCL, so that a symbolic link to a file not
+ * made yet creates that file 0600 too.
+ */
 export function createOwnerOnly(path: string): void {
-  let fd: number;
-  try {
-    fd = openSync(path, "wx", 0o600);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "EEXIST") return;
-    throw e;
-  }
-  closeSync(fd);
+  if (existsSync(path)) return; // follows links: false for a link to nothing yet
+  closeSync(openSync(path, constants.O_CREAT | constants.O_WRONLY, 0o600));
 }
 
 function configureAndMigrate(db: Database, extraMigrations: readonly Migration[]): void {
