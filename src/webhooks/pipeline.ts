@@ -152,7 +152,7 @@ export class WebhookPipeline {
       (executionId) => deps.deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
       () =>
         recheckListener(deps.listeners, deps.ipRestrictions, snapshot, facts.sourceIp) ??
-        this.recheckHmacKeys(target, keyWritesAtCheck, request.headers, headers, read.body),
+        this.recheckHmacKeys(target, keyWritesAtCheck, request.headers, headers.timestamp, headers.eventId, read.body),
     );
     if (accepted instanceof Rejection) return accepted;
     // 10. accepted
@@ -168,14 +168,19 @@ export class WebhookPipeline {
   private recheckHmacKeys(
     target: WebhookListenerTarget,
     keyWritesAtCheck: number,
-    requestHeaders: HeaderMap,
-    headers: { timestamp: string; eventId: string },
+    headers: HeaderMap,
+    timestamp: string,
+    eventId: string,
     body: Buffer,
   ): Rejection | undefined {
-    const { deps } = this;
-    if (target.trigger.authMethod !== "HMAC" || deps.hmacKeyWrites() === keyWritesAtCheck) return undefined;
-    const keys = deps.hmacKeys(target.automationId);
-    return verifyHmacSignature(keys, headerValue(requestHeaders, "webhook-signature"), headers.timestamp, headers.eventId, body);
+    if (target.trigger.authMethod !== "HMAC" || this.deps.hmacKeyWrites() === keyWritesAtCheck) return undefined;
+    return this.verifyHmac(target, headers, timestamp, eventId, body);
+  }
+
+  /** Stage 6 for an HMAC listener: the signature against the keys valid now. */
+  private verifyHmac(target: WebhookListenerTarget, headers: HeaderMap, timestamp: string, eventId: string, body: Buffer): Rejection | undefined {
+    const keys = this.deps.hmacKeys(target.automationId);
+    return verifyHmacSignature(keys, headerValue(headers, "webhook-signature"), timestamp, eventId, body);
   }
 
   private authenticate(
@@ -187,10 +192,7 @@ export class WebhookPipeline {
   ): Promise<Rejection | undefined> | Rejection | undefined {
     const { deps } = this;
     const trigger = target.trigger;
-    if (trigger.authMethod === "HMAC") {
-      const keys = deps.hmacKeys(target.automationId);
-      return verifyHmacSignature(keys, headerValue(headers, "webhook-signature"), timestamp, eventId, body);
-    }
+    if (trigger.authMethod === "HMAC") return this.verifyHmac(target, headers, timestamp, eventId, body);
     return verifyWebhookJwt(deps.jwks, {
       authorization: headerValue(headers, "authorization"),
       jwksUrl: trigger.jwksUrl,
