@@ -68,11 +68,12 @@ export const configDefaults: Config = {
 type Env = Record<string, string | undefined>;
 
 export function loadConfig(env: Env = process.env): Config {
+  const port = parseInteger(env, "ACCESSD_PORT", 0, 65535) ?? configDefaults.port;
   return {
     host: parseHost(env, "ACCESSD_HOST") ?? configDefaults.host,
-    port: parseInteger(env, "ACCESSD_PORT", 0, 65535) ?? configDefaults.port,
+    port,
     database: parseNonEmpty(env, "ACCESSD_DATABASE") ?? configDefaults.database,
-    baseUrl: parseBaseUrl(env, "ACCESSD_BASE_URL") ?? defaultBaseUrl(env),
+    baseUrl: parseBaseUrl(env, "ACCESSD_BASE_URL") ?? defaultBaseUrl(port),
     logLevel: parseLogLevel(env, "ACCESSD_LOG_LEVEL") ?? configDefaults.logLevel,
     logBufferBytes: mebibytes(parseInteger(env, "ACCESSD_LOG_BUFFER_MIB", 1, 4096)) ?? configDefaults.logBufferBytes,
     apiMaxBodyBytes: configDefaults.apiMaxBodyBytes,
@@ -176,9 +177,8 @@ function parseBaseUrl(env: Env, name: string): string | undefined {
  * ACCESSD_PORT (8080 unless set; an ephemeral port 0 cannot be known before listening). Endpoint
  * URLs and the tokens' issuer come from it, so a server moved to another port names itself right.
  */
-function defaultBaseUrl(env: Env): string {
-  const port = parseInteger(env, "ACCESSD_PORT", 0, 65535);
-  return port === undefined || port === 0 ? configDefaults.baseUrl : `http://localhost:${port}`;
+function defaultBaseUrl(port: number): string {
+  return port === 0 ? configDefaults.baseUrl : `http://localhost:${port}`;
 }
 
 const logLevels: readonly LogLevel[] = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];

@@ -2,7 +2,7 @@ import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
 import type { NodeRequest, NodeResponse } from "../server/json-error.js";
-import { BodyTooLargeError, readBody } from "../server/read-body.js";
+import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "../server/read-body.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { storeUnavailableHeaders, storeUnavailableMessage } from "../server/store-unavailable.js";
 import type { Client } from "../store/clients-repository.js";
@@ -87,13 +87,9 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
       "client credentials go in the request body (client_secret_post or private_key_jwt), not in an Authorization header",
     );
   }
-  const encoding = req.headers["content-encoding"];
-  if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
-    // A compressed body read as a form had no parameters ("grant_type is required").
-    throw new OAuthError("invalid_request", `Content-Encoding ${encoding} is not supported: send the body uncompressed`, 415, {
-      "accept-encoding": "identity",
-    });
-  }
+  const encoding = unsupportedContentEncoding(req.headers["content-encoding"]);
+  // A compressed body read as a form had no parameters ("grant_type is required").
+  if (encoding !== undefined) throw new OAuthError("invalid_request", compressedBodyMessage(encoding), 415, { ...identityOnlyHeaders });
   let body: Buffer;
   try {
     body = await readBody(req, maxBodyBytes);
@@ -166,14 +162,12 @@ async function authenticateClient(clientId: string, credential: Credential, opti
     throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client_id is longer than any client's");
   }
   const client = options.store.clients.get(clientId);
-  const authenticated = credential.kind === "secret"
-    ? await checkSecret(credential.secret, client)
-    : await verifyClientAssertion(credential.assertion, client, {
-        audiences: [`${options.baseUrl}${tokenPath}`, options.baseUrl],
-        clock: options.clock,
-        jtis: options.store.assertionJtis,
-      });
-  return authenticated;
+  if (credential.kind === "secret") return checkSecret(credential.secret, client);
+  return verifyClientAssertion(credential.assertion, client, {
+    audiences: [`${options.baseUrl}${tokenPath}`, options.baseUrl],
+    clock: options.clock,
+    jtis: options.store.assertionJtis,
+  });
 }
 
 async function checkSecret(secret: string, client: Client | undefined): Promise<Client> {

@@ -23,3 +23,19 @@ export async function readBody(req: NodeRequest, limit: number): Promise<Buffer>
   }
   return chunks.length === 1 && chunks[0] !== undefined ? chunks[0] : Buffer.concat(chunks, size);
 }
+
+/** What a 415 for a compressed body adds (RFC 9110 15.5.16: the codings that are accepted). */
+export const identityOnlyHeaders: Readonly<Record<string, string>> = { "accept-encoding": "identity" };
+
+/**
+ * The `Content-Encoding` a request names when it is not `identity` (case and spaces aside), else
+ * undefined. Every route reads bodies as sent: a compressed one would be read as garbage (REST,
+ * the token endpoint) or signed over the compressed bytes (webhooks), so each refuses it by name.
+ */
+export function unsupportedContentEncoding(header: string | readonly string[] | undefined): string | undefined {
+  const encoding = (typeof header === "string" ? header : header?.join(", "))?.trim();
+  return encoding === undefined || encoding === "" || encoding.toLowerCase() === "identity" ? undefined : encoding;
+}
+
+/** The refusal's message for `unsupportedContentEncoding`'s answer. */
+export const compressedBodyMessage = (encoding: string) => `Content-Encoding ${encoding} is not supported: send the body uncompressed`;

@@ -13,7 +13,7 @@ import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { httpBindingsOfMethod } from "./http-bindings.js";
 import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
-import { BodyTooLargeError, readBody } from "./read-body.js";
+import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
@@ -159,13 +159,8 @@ export class RestTranscoder {
 
   private async requestJson(req: NodeRequest, route: RestRoute): Promise<JsonObject> {
     if (route.body === "") return {};
-    const encoding = req.headers["content-encoding"];
-    if (encoding !== undefined && encoding.trim().toLowerCase() !== "identity") {
-      // RFC 9110 15.5.16: a 415 for a content coding says which codings are accepted.
-      throw new RestRequestError(`Content-Encoding ${encoding} is not supported: send the body uncompressed`, 415, {
-        "accept-encoding": "identity",
-      });
-    }
+    const encoding = unsupportedContentEncoding(req.headers["content-encoding"]);
+    if (encoding !== undefined) throw new RestRequestError(compressedBodyMessage(encoding), 415, identityOnlyHeaders);
     const contentType = req.headers["content-type"];
     if (contentType !== undefined && !/^application\/([a-z.+-]*\+)?json\s*(;|$)/i.test(contentType)) {
       throw new RestRequestError(`Content-Type must be application/json, not ${contentType}`, 415);
@@ -193,7 +188,7 @@ class RestRequestError extends Error {
   constructor(
     message: string,
     readonly status = 400,
-    readonly headers: Record<string, string> = {},
+    readonly headers: Readonly<Record<string, string>> = {},
   ) {
     super(message);
   }

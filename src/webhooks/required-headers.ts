@@ -1,3 +1,4 @@
+import { compressedBodyMessage, unsupportedContentEncoding } from "../server/read-body.js";
 import { badRequest, type Rejection } from "./rejection.js";
 
 /** Request headers by lower-case name, as node:http and node:http2 give them. */
@@ -15,10 +16,8 @@ export interface WebhookHeaders {
  * signature mismatch, and a plain body labelled gzip was accepted.
  */
 export function requireHeaders(headers: HeaderMap): WebhookHeaders | Rejection {
-  const encoding = single(headers["content-encoding"]);
-  if (encoding !== undefined && encoding.toLowerCase() !== "identity") {
-    return badRequest("content_encoding_not_supported", `Content-Encoding ${JSON.stringify(encoding)} is not supported: send the body uncompressed`);
-  }
+  const encoding = unsupportedContentEncoding(headers["content-encoding"]);
+  if (encoding !== undefined) return badRequest("content_encoding_not_supported", compressedBodyMessage(JSON.stringify(encoding)));
   const contentType = single(headers["content-type"]);
   if (contentType === undefined) {
     return badRequest("content_type_missing", "Content-Type is required and must be application/json");
