@@ -30,6 +30,8 @@ export interface Config {
   jwksAllowHttp: boolean;
   /** How long webhook event records (idempotency) are kept, in milliseconds. */
   eventRetentionMs: number;
+  /** How long finished executions (and their step records) are kept, by creation time, in milliseconds; undefined: for good. */
+  executionRetentionMs: number | undefined;
   /** 32-byte key encrypting webhook secrets at rest; undefined: a key file beside the database. */
   dataKey: Buffer | undefined;
 }
@@ -62,6 +64,7 @@ export const configDefaults: Config = {
   trustedProxies: [],
   jwksAllowHttp: false,
   eventRetentionMs: 7 * 86_400_000,
+  executionRetentionMs: 30 * 86_400_000,
   dataKey: undefined,
 };
 
@@ -84,6 +87,7 @@ export function loadConfig(env: Env = process.env): Config {
     trustedProxies: parseCidrList(env, "ACCESSD_TRUSTED_PROXIES") ?? configDefaults.trustedProxies,
     jwksAllowHttp: parseBoolean(env, "ACCESSD_JWKS_ALLOW_HTTP") ?? configDefaults.jwksAllowHttp,
     eventRetentionMs: parseEventRetention(env, "ACCESSD_EVENT_RETENTION") ?? configDefaults.eventRetentionMs,
+    executionRetentionMs: parseExecutionRetention(env, "ACCESSD_EXECUTION_RETENTION"),
     dataKey: parseDataKey(env, "ACCESSD_DATA_KEY") ?? configDefaults.dataKey,
   };
 }
@@ -104,6 +108,7 @@ export const configVariables: readonly string[] = [
   "ACCESSD_TRUSTED_PROXIES",
   "ACCESSD_JWKS_ALLOW_HTTP",
   "ACCESSD_EVENT_RETENTION",
+  "ACCESSD_EXECUTION_RETENTION",
   "ACCESSD_DATA_KEY",
   "ACCESSD_NEW_DATA_KEY",
 ];
@@ -293,6 +298,14 @@ function parseEventRetention(env: Env, name: string): number | undefined {
       "must be at least 10m: a webhook can be replayed for up to 10 minutes after it arrives, and its record is what refuses the replay",
     );
   }
+  return ms;
+}
+
+/** A duration of at least 1h, or `forever` (undefined: executions are never deleted); unset, the default. */
+function parseExecutionRetention(env: Env, name: string): number | undefined {
+  if (read(env, name)?.toLowerCase() === "forever") return undefined;
+  const ms = parseDuration(env, name) ?? configDefaults.executionRetentionMs;
+  if (ms !== undefined && ms < 3_600_000) throw new ConfigError(name, "must be at least 1h, or forever");
   return ms;
 }
 

@@ -28,7 +28,7 @@ import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
-import { startWebhookHousekeeping } from "./jobs/webhook-housekeeping.js";
+import { startHousekeeping } from "./jobs/housekeeping.js";
 import { checkDataKey, holdsSealedSecrets, keyFileModeOpenToOthers, resolveDataKey } from "./store/data-key.js";
 import { createWebhooks } from "./webhooks/index.js";
 
@@ -192,7 +192,13 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   // The base URL names the tokens' issuer and the webhook endpoints: logged, so a change shows.
   log.info({ address: address.address, port: address.port, database: config.database, baseUrl: config.baseUrl }, "accessd listening");
   worker.start();
-  const housekeeping = startWebhookHousekeeping({ store, clock, log, retentionMs: config.eventRetentionMs });
+  const housekeeping = startHousekeeping({
+    store,
+    clock,
+    log,
+    eventRetentionMs: config.eventRetentionMs,
+    executionRetentionMs: config.executionRetentionMs,
+  });
 
   let closing: Promise<void> | undefined;
   return {

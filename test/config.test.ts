@@ -82,6 +82,9 @@ describe("loadConfig", () => {
     ["ACCESSD_REQUEST_TIMEOUT", "999ms"],
     ["ACCESSD_EVENT_RETENTION", "3651d"],
     ["ACCESSD_EVENT_RETENTION", `${"9".repeat(400)}d`],
+    ["ACCESSD_EXECUTION_RETENTION", "59m"],
+    ["ACCESSD_EXECUTION_RETENTION", "never"],
+    ["ACCESSD_EXECUTION_RETENTION", "3651d"],
     // `ACCESSD_DATA_KEY=$KEY` with KEY unset must not mean "make a key file".
     ["ACCESSD_DATA_KEY", ""],
     ["ACCESSD_DATA_KEY", "  "],
@@ -103,6 +106,15 @@ describe("limits of the durations", () => {
     expect(loadConfig({ ACCESSD_REQUEST_TIMEOUT: "1s" }).requestTimeoutMs).toBe(1000);
     expect(loadConfig({ ACCESSD_REQUEST_TIMEOUT: "24h" }).requestTimeoutMs).toBe(86_400_000);
     expect(loadConfig({ ACCESSD_EVENT_RETENTION: "3650d" }).eventRetentionMs).toBe(3650 * 86_400_000);
+  });
+
+  it("keeps finished executions 30 days unless told otherwise: from 1h, or forever", () => {
+    expect(loadConfig({}).executionRetentionMs).toBe(30 * 86_400_000);
+    expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "" }).executionRetentionMs).toBe(30 * 86_400_000);
+    expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "1h" }).executionRetentionMs).toBe(3_600_000);
+    expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "365d" }).executionRetentionMs).toBe(365 * 86_400_000);
+    expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "forever" }).executionRetentionMs).toBeUndefined();
+    expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "Forever" }).executionRetentionMs).toBeUndefined();
   });
 });
 

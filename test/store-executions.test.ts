@@ -1,6 +1,10 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../src/store/store.js";
 import type { ExecutionFilter, ExecutionState } from "../src/store/executions-repository.js";
+import { v7 as uuidv7 } from "uuid";
+import { ManualClock } from "../src/clock.js";
+import { executionChunkRows, startHousekeeping } from "../src/jobs/housekeeping.js";
+import { createLogger } from "../src/logger.js";
 import { newId } from "../src/store/ids.js";
 import { inMemoryStores } from "./support/store-fixtures.js";
 
@@ -77,6 +81,103 @@ describe("ExecutionsRepository.countByState", () => {
       store.executions.finish(fromThePast, "FAILED", "", 0);
     });
     expect(store.executions.countByState()).toEqual({ PENDING: 0, RUNNING: 0, SUCCEEDED: 5, FAILED: 1 });
+  });
+});
+
+const day = 86_400_000;
+
+/** Executions created at `msecs` (by their UUIDv7 ids) in `state`, each with one step record. */
+function executionsAt(store: Store, automationId: string, msecs: number, states: readonly ExecutionState[]): string[] {
+  return store.transaction(() =>
+    states.map((state, i) => {
+      const id = uuidv7({ msecs, seq: i });
+      store.executions.insertPending({ id, automationId, trigger: { n: i }, eventId: "", now: msecs });
+      if (state === "RUNNING") store.executions.markRunning(id, msecs);
+      if (state === "SUCCEEDED" || state === "FAILED") {
+        store.executions.recordStep(id, { position: 0, name: "s", state: "SUCCEEDED", output: "out", error: "", startedAt: msecs, finishedAt: msecs });
+        store.executions.finish(id, state, "", msecs);
+      }
+      return id;
+    }),
+  );
+}
+
+const stepRecordCount = (store: Store): number =>
+  store.db.prepare<[], number>("SELECT COUNT(*) FROM automation_step_executions").pluck().get() ?? 0;
+
+/** ACCESSD_EXECUTION_RETENTION: the automations' history does not grow for good. */
+describe("ExecutionsRepository.deleteFinishedCreatedBefore", () => {
+  it("deletes finished executions created before the time, with their step records, and never an unfinished one", () => {
+    const { store, automationId } = storeWithAutomation();
+    const now = 100 * day;
+    const old = executionsAt(store, automationId, now - 31 * day, ["SUCCEEDED", "FAILED", "PENDING", "RUNNING", "SUCCEEDED"]);
+    const recent = executionsAt(store, automationId, now - 29 * day, ["SUCCEEDED", "FAILED", "PENDING"]);
+    expect(stepRecordCount(store)).toBe(5);
+    expect(store.executions.deleteFinishedCreatedBefore(now - 30 * day, 2)).toBe(2);
+    expect(store.executions.deleteFinishedCreatedBefore(now - 30 * day, 2)).toBe(1);
+    expect(store.executions.deleteFinishedCreatedBefore(now - 30 * day, 2)).toBe(0);
+    const left = store.executions.listAfter({ automationId: "", state: undefined }, undefined, 100).map((e) => e.id);
+    expect(left).toEqual([old[2], old[3], ...recent]);
+    expect(store.executions.get(old[0] ?? "")).toBeUndefined();
+    expect(stepRecordCount(store)).toBe(2); // the recent finished ones'
+  });
+
+  it("keeps countByState exact across deletions, inside a transaction or not", () => {
+    const { store, automationId } = storeWithAutomation();
+    for (let d = 0; d < 10; d++) executionsAt(store, automationId, d * day, ["SUCCEEDED", "FAILED", "SUCCEEDED", d === 3 ? "RUNNING" : "SUCCEEDED"]);
+    executionsAt(store, automationId, 10 * day, ["PENDING", "SUCCEEDED"]);
+    expect(store.executions.countByState()).toEqual(countedFromScratch(store)); // settles what it can
+    for (let d = 1; d <= 11; d++) {
+      if (d % 3 === 0) {
+        // Rolled back: nothing deleted, nothing subtracted.
+        expect(() =>
+          store.transaction(() => {
+            expect(store.executions.deleteFinishedCreatedBefore(d * day, 2)).toBeGreaterThan(0);
+            throw new Error("roll back");
+          }),
+        ).toThrow("roll back");
+      } else {
+        store.executions.deleteFinishedCreatedBefore(d * day, 2);
+      }
+      expect(store.executions.countByState()).toEqual(countedFromScratch(store));
+      // And what was settled before the deletions moves on correctly.
+      executionsAt(store, automationId, (10 + d) * day, ["SUCCEEDED"]);
+      expect(store.executions.countByState()).toEqual(countedFromScratch(store));
+    }
+    expect(countedFromScratch(store).RUNNING).toBe(1); // the old RUNNING one is still there
+  });
+});
+
+describe("housekeeping of executions", () => {
+  it("deletes finished executions past ACCESSD_EXECUTION_RETENTION in chunks, turning the event loop between them", async () => {
+    const { store, automationId } = storeWithAutomation();
+    const clock = new ManualClock(40 * day);
+    const log = createLogger("silent");
+    const states = Array.from({ length: 2 * executionChunkRows + 10 }, (_, i): ExecutionState => (i % 7 === 0 ? "PENDING" : "SUCCEEDED"));
+    const old = executionsAt(store, automationId, 5 * day, states);
+    const recent = executionsAt(store, automationId, 39 * day, ["SUCCEEDED", "FAILED"]);
+    const keeping = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: undefined });
+    expect((await keeping.firstPass, await keeping.runOnce()).executions).toBe(0);
+    keeping.stop();
+    const job = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: 30 * day });
+    await job.firstPass;
+    const unfinishedOld = old.filter((_, i) => states[i] === "PENDING");
+    expect(store.executions.listAfter({ automationId: "", state: undefined }, undefined, 1000).map((e) => e.id)).toEqual([...unfinishedOld, ...recent]);
+    expect((await job.runOnce()).executions).toBe(0);
+    executionsAt(store, automationId, 5 * day + 1, ["SUCCEEDED", "FAILED", "SUCCEEDED"]);
+    let turns = 0;
+    let counting = true;
+    const count = () => {
+      if (!counting) return;
+      turns++;
+      setImmediate(count);
+    };
+    setImmediate(count);
+    expect((await job.runOnce()).executions).toBe(3);
+    counting = false;
+    expect(turns).toBeGreaterThanOrEqual(1);
+    expect(store.executions.countByState()).toEqual(countedFromScratch(store));
+    job.stop();
   });
 });
 

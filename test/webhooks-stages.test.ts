@@ -7,7 +7,7 @@ import { ManualClock } from "../src/clock.js";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
 import { v7 as uuidv7 } from "uuid";
-import { housekeepingChunkRows, startWebhookHousekeeping } from "../src/jobs/webhook-housekeeping.js";
+import { housekeepingChunkRows, startHousekeeping } from "../src/jobs/housekeeping.js";
 import { isStoreUnavailable, StoredDataUnreadableError } from "../src/store/store-errors.js";
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
@@ -267,7 +267,7 @@ describe("housekeeping job", () => {
     const events = store.webhooks.events;
     events.insertIfNew({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
     events.insertIfNew({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
-    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 7 * day });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: 7 * day });
     await job.firstPass; // it runs once at start
     expect(events.has("l", "old")).toBe(false);
     expect(events.has("l", "new")).toBe(true);
@@ -295,7 +295,7 @@ describe("housekeeping job", () => {
         executionId: "",
       });
     }
-    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 86_400_000, deliveriesPerAutomation: 10 });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: 86_400_000, deliveriesPerAutomation: 10 });
     await job.firstPass;
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.id)).toHaveLength(10);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 1)[0]?.id).toBe(ids[14]);
@@ -313,7 +313,7 @@ describe("housekeeping job", () => {
     log(cutoff - 1, "just-expired");
     log(cutoff, "kept");
     log(clock.now(), "new");
-    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: day });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day });
     await job.firstPass;
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.eventId)).toEqual(["new", "kept"]);
     job.stop();
@@ -324,7 +324,7 @@ describe("housekeeping job", () => {
     const store = Store.open(":memory:");
     const day = 86_400_000;
     const clock = new ManualClock(10 * day);
-    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: day, deliveriesPerAutomation: 10 });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day, deliveriesPerAutomation: 10 });
     await job.firstPass;
     const old = 2.5 * housekeepingChunkRows;
     store.transaction(() => {
@@ -334,7 +334,7 @@ describe("housekeeping job", () => {
       }
     });
     const { result, turns } = await turnsDuring(() => job.runOnce());
-    expect(result).toEqual({ events: old, deliveries: old - 10, secrets: 0 });
+    expect(result).toEqual({ events: old, deliveries: old - 10, executions: 0, secrets: 0 });
     expect(store.webhooks.events.countFor("l")).toBe(0);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100)).toHaveLength(10);
     // 3 chunks of events and 3 of deliveries: the event loop turned between them.
@@ -347,7 +347,7 @@ describe("housekeeping job", () => {
     const store = Store.open(":memory:");
     const day = 86_400_000;
     const clock = new ManualClock(10 * day);
-    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: day });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day });
     await job.firstPass;
     store.transaction(() => {
       for (let a = 0; a < 200; a++) logAccepted(store, `a${a}`, 10 * day, a);
@@ -361,7 +361,7 @@ describe("housekeeping job", () => {
   it("runs one pass at a time: a pass asked for while one is under way is that pass", async () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(10 * 86_400_000);
-    const job = startWebhookHousekeeping({ store, clock, log: createLogger("silent"), retentionMs: 86_400_000 });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: 86_400_000 });
     const during = job.runOnce(); // the first pass is still under way
     expect(during).toBe(job.runOnce());
     await job.firstPass;

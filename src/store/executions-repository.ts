@@ -1,5 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import type { Database } from "./database.js";
+import { idsCreatedBefore } from "./ids.js";
 
 export type ExecutionState = "PENDING" | "RUNNING" | "SUCCEEDED" | "FAILED";
 export type StepState = "SUCCEEDED" | "FAILED" | "SKIPPED";
@@ -115,11 +116,13 @@ export class ExecutionsRepository {
   private readonly countFinishedInStateBetweenStmt;
   private readonly oldestUnfinishedIdStmt;
   private readonly newestIdBeforeStmt;
-  private readonly rowCountStmt;
+  private readonly deleteFinishedBeforeStmt;
   /**
    * Executions by state among the ids up to `throughId`, every one of them finished: a finished
-   * execution never changes again and none is deleted, so these counts stay exact (undefined
-   * until the first count).
+   * execution never changes again, and `deleteFinishedCreatedBefore` subtracts what it deletes,
+   * so these counts stay exact (undefined until the first count, and after anything that could
+   * make them wrong: an execution inserted with an id at or below `throughId`, a deletion inside
+   * a transaction that might be rolled back).
    */
   private settled: { throughId: string; counts: Record<ExecutionState, number> } | undefined;
   private readonly countUnfinishedStmt;
@@ -214,8 +217,13 @@ export class ExecutionsRepository {
       .prepare<[], string | null>("SELECT min(id) FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')")
       .pluck();
     this.newestIdBeforeStmt = db.prepare<[string], string | null>("SELECT max(id) FROM automation_executions WHERE id < ?").pluck();
-    // Rows are never deleted, so the last rowid is the number of rows.
-    this.rowCountStmt = db.prepare<[], number>("SELECT coalesce(max(rowid), 0) FROM automation_executions").pluck();
+    // Through the finished (state, id) index, so unfinished executions are never in the way; the
+    // step records go with their execution (ON DELETE CASCADE, by their primary key).
+    this.deleteFinishedBeforeStmt = db.prepare<[string, number], { id: string; state: ExecutionState }>(
+      `DELETE FROM automation_executions WHERE rowid IN (
+         SELECT rowid FROM automation_executions WHERE state IN ('SUCCEEDED', 'FAILED') AND id < ? LIMIT ?)
+       RETURNING id, state`,
+    );
     this.countUnfinishedStmt = db.prepare<[], { count: number }>(
       "SELECT COUNT(*) AS count FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')",
     );
@@ -225,8 +233,9 @@ export class ExecutionsRepository {
    * How many executions are in each state (for /metrics). A GROUP BY over every finished execution
    * takes 65 ms at 1,000,000 executions, an event-loop stall on every scrape, so it runs once; later
    * calls count the executions finished since (a range of the finished (state, id) index) and those
-   * after the oldest unfinished one. Should that ever disagree with the number of rows (ids out
-   * of creation order after the clock stepped back across a restart), it counts everything again.
+   * after the oldest unfinished one. Ids are monotonic within the process (`newId`), so an
+   * execution inserted at or below what is settled (an id from before a clock that stepped back
+   * across a restart, or one a caller chose) makes it count everything again.
    */
   countByState(): Record<ExecutionState, number> {
     // Every execution up to the one before the oldest unfinished is finished.
@@ -239,11 +248,9 @@ export class ExecutionsRepository {
       }
       settled = this.settled = { throughId, counts };
     }
-    if (settled !== undefined) {
-      const counts = addCounts({ ...settled.counts }, this.countAfter(settled.throughId));
-      if (sum(counts) === this.rowCountStmt.get()) return counts;
-    }
-    // The first call, or a disagreement: everything, and what is settled as of now.
+    if (settled !== undefined) return addCounts({ ...settled.counts }, this.countAfter(settled.throughId));
+    // The first call, or after an event that could have made the settled counts wrong: everything,
+    // and what is settled as of now.
     const all = addCounts({ PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 }, this.countFinishedByStateStmt.all());
     addCounts(all, this.countAfter("").filter((row) => !isFinished(row.state)));
     if (!this.db.inTransaction) {
@@ -275,6 +282,7 @@ export class ExecutionsRepository {
   insertPending(e: { id: string; automationId: string; trigger: JsonValue; eventId: string; now: number }): Execution | undefined {
     const version = this.versionStmt.get(e.automationId);
     if (version === undefined) return undefined;
+    if (this.settled !== undefined && e.id <= this.settled.throughId) this.settled = undefined;
     this.insertStmt.run(e.id, e.automationId, version, JSON.stringify(e.trigger), e.eventId, e.now);
     return {
       id: e.id,
@@ -340,6 +348,24 @@ export class ExecutionsRepository {
     return byExecution;
   }
 
+  /**
+   * Deletes up to `limit` finished executions created before `time` (ms; by the time in their
+   * UUIDv7 ids), with their step records; returns how many. Unfinished executions are never
+   * deleted, however old. Best called outside a transaction (the statement is then its own): the
+   * counts of `countByState` are corrected once the deletion is known to be committed.
+   */
+  deleteFinishedCreatedBefore(time: number, limit: number): number {
+    const deleted = this.deleteFinishedBeforeStmt.all(idsCreatedBefore(time), limit);
+    const settled = this.settled;
+    if (deleted.length === 0 || settled === undefined) return deleted.length;
+    if (this.db.inTransaction) {
+      this.settled = undefined; // a rollback would put them back: count again next time
+      return deleted.length;
+    }
+    for (const { id, state } of deleted) if (id <= settled.throughId) settled.counts[state]--;
+    return deleted.length;
+  }
+
   /** A page of executions in id order, without their triggers (ExecutionSummary). */
   listAfter(filter: ExecutionFilter, after: string | undefined, limit: number): ExecutionSummary[] {
     const from = after ?? "";
@@ -371,6 +397,3 @@ function addCounts(counts: Record<ExecutionState, number>, rows: readonly { stat
   return counts;
 }
 
-function sum(counts: Readonly<Record<ExecutionState, number>>): number {
-  return counts.PENDING + counts.RUNNING + counts.SUCCEEDED + counts.FAILED;
-}
