@@ -2,20 +2,23 @@ import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestServer, type TestServer } from "./support/test-server.js";
-import { createWebhookAutomation, type WebhookAutomation } from "./support/webhook-fixtures.js";
+import type { TestServer } from "./support/test-server.js";
+import { startTestServer } from "./support/test-server.js";
+import { createWebhookAutomation, startJwtListener, type JwtListener, type WebhookAutomation } from "./support/webhook-fixtures.js";
 
 /**
  * Webhook senders accessd did not write, in the languages HR tools and ticketing systems are
- * written in: each signs spec 5.2's `<timestamp>.<event_id>.<body>` with its own standard
- * library and sends it with its own HTTP client, and the same request sent again is a 409. The
- * body carries non-ASCII text, so every sender must sign and send the same UTF-8 bytes. A
- * language missing from the machine skips its test (this VM and CI have all three).
+ * written in (`test/support/senders/`): each signs with its own standard library and sends with
+ * its own HTTP client, and the same request sent again is a 409. The bodies carry non-ASCII text,
+ * so every sender must sign and send the same UTF-8 bytes. A language missing from the machine
+ * skips its tests (this VM, where CI runs, has all of them).
  */
 
 const run = promisify(execFile);
+const senders = fileURLToPath(new URL("./support/senders/", import.meta.url));
 const has = (command: string): boolean => {
   try {
     execFileSync("sh", ["-c", `command -v ${command}`], { stdio: "ignore" });
@@ -25,97 +28,40 @@ const has = (command: string): boolean => {
   }
 };
 
-/** The README's recipe ("Sending a signed webhook"), openssl and curl, run as written there. */
-const opensslCurl = `
-TS=$(date +%s); ID=$(node -p 'crypto.randomUUID()')
-SIG=$(printf '%s' "$TS.$ID.$BODY" | openssl dgst -sha256 -hmac "$WHSECRET" -binary \\
-  | openssl base64 -A | tr '+/' '-_' | tr -d '=')
-send() {
-  curl -s -w ' %{http_code}' -X POST "$URL" -H 'Content-Type: application/json' -H "Webhook-Timestamp: $TS" \\
-    -H "Webhook-Event-Id: $ID" -H "Webhook-Signature: $SIG" --data "$BODY"
-  echo
-}
-send; send
-`;
-
-/** Python's standard library only (hmac, hashlib, base64, urllib). */
-const python = `
-import base64, hashlib, hmac, os, time, urllib.error, urllib.request, uuid
-body = os.environ["BODY"].encode("utf-8")
-ts, event_id = str(int(time.time())), str(uuid.uuid4())
-mac = hmac.new(os.environ["WHSECRET"].encode(), f"{ts}.{event_id}.".encode() + body, hashlib.sha256).digest()
-signature = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-for _ in range(2):
-    request = urllib.request.Request(os.environ["URL"], data=body, method="POST", headers={
-        "Content-Type": "application/json", "Webhook-Timestamp": ts,
-        "Webhook-Event-Id": event_id, "Webhook-Signature": signature})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            print(response.read().decode(), response.status)
-    except urllib.error.HTTPError as refused:
-        print(refused.read().decode(), refused.code)
-`;
-
-/**
- * Java's java.net.http client, which by default asks a plain-HTTP server to upgrade to HTTP/2
- * (`Connection: Upgrade, HTTP2-Settings` and `Upgrade: h2c`); accessd answers in HTTP/1.1.
- */
-const java = `
-import java.net.URI;
-import java.net.http.*;
-import java.nio.charset.StandardCharsets;
-import java.util.*;
-import javax.crypto.Mac;
-import javax.crypto.spec.SecretKeySpec;
-
-public class Sender {
-  public static void main(String[] args) throws Exception {
-    String body = System.getenv("BODY");
-    String ts = Long.toString(System.currentTimeMillis() / 1000);
-    String id = UUID.randomUUID().toString();
-    Mac mac = Mac.getInstance("HmacSHA256");
-    mac.init(new SecretKeySpec(System.getenv("WHSECRET").getBytes(StandardCharsets.UTF_8), "HmacSHA256"));
-    byte[] signed = mac.doFinal((ts + "." + id + "." + body).getBytes(StandardCharsets.UTF_8));
-    String signature = Base64.getUrlEncoder().withoutPadding().encodeToString(signed);
-    HttpClient client = HttpClient.newHttpClient();
-    for (int i = 0; i < 2; i++) {
-      HttpRequest request = HttpRequest.newBuilder(URI.create(System.getenv("URL")))
-        .header("Content-Type", "application/json").header("Webhook-Timestamp", ts)
-        .header("Webhook-Event-Id", id).header("Webhook-Signature", signature)
-        .POST(HttpRequest.BodyPublishers.ofString(body, StandardCharsets.UTF_8)).build();
-      HttpResponse<String> response = client.send(request, HttpResponse.BodyHandlers.ofString());
-      System.out.println(response.body() + " " + response.statusCode());
-    }
-  }
-}
-`;
-
-let server: TestServer;
-let automation: WebhookAutomation;
-let folder: string;
+/** The Java senders, compiled once (`java File.java` compiles on every run: 2 s each). */
+let javaClasses = "";
 beforeAll(async () => {
-  server = await startTestServer();
-  automation = await createWebhookAutomation(server, { authMethod: "HMAC" });
-  folder = mkdtempSync(join(tmpdir(), "accessd-senders-"));
-  writeFileSync(join(folder, "Sender.java"), java);
+  if (!has("javac")) return;
+  javaClasses = mkdtempSync(join(tmpdir(), "accessd-java-senders-"));
+  await run("javac", ["-d", javaClasses, "HmacSender.java", "JwtSender.java"], { cwd: senders, timeout: 60_000 });
 });
-afterAll(async () => {
-  rmSync(folder, { recursive: true, force: true });
-  await server.close();
+afterAll(() => {
+  if (javaClasses !== "") rmSync(javaClasses, { recursive: true, force: true });
 });
+const java = (main: string, ...args: string[]): [string, ...string[]] => ["java", "-cp", javaClasses, main, ...args];
 
-/** Runs a sender with the endpoint, secret and body in its environment; its two answers, `<body> <status>` a line. */
-async function send(command: string, args: string[], body: string): Promise<{ first: string; second: string }> {
-  const env = { ...process.env, URL: automation.postUrl, WHSECRET: automation.secret, BODY: body };
-  const { stdout } = await run(command, args, { env, cwd: folder, timeout: 60_000 });
+interface Target {
+  /** Where the sender posts (the test server's real address). */
+  postUrl: string;
+  /** The endpoint URL the service shows (a JWT's `aud`). */
+  endpointUrl: string;
+  /** HMAC listeners' secret. */
+  secret: string;
+}
+
+/** Runs a sender with the target and the body in its environment; its two answers, each `<body> <status>`. */
+async function send(target: Target, body: string, command: string, ...args: string[]): Promise<{ first: string; second: string }> {
+  const env = { ...process.env, URL: target.postUrl, AUD: target.endpointUrl, WHSECRET: target.secret, BODY: body };
+  const { stdout } = await run(command, args, { env, cwd: senders, timeout: 60_000 });
   const [first = "", second = ""] = stdout.trim().split("\n");
   return { first, second };
 }
 
-/** The execution the first answer named has run, with the body the sender meant. */
-async function expectRanWith(firstAnswer: string, body: unknown): Promise<void> {
-  const { eventId, executionId } = JSON.parse(firstAnswer.slice(0, firstAnswer.lastIndexOf(" "))) as { eventId: string; executionId: string };
-  expect(eventId).toMatch(/^[0-9a-f-]{36}$/);
+/** The first answer is a 200 naming an execution, the second a 409; the execution ran with the body as sent. */
+async function expectAcceptedOnce(server: TestServer, { first, second }: { first: string; second: string }, body: unknown): Promise<void> {
+  expect(first).toMatch(/^\{"eventId":"[^"]+","executionId":"[^"]+"\} 200$/);
+  expect(second).toMatch(/^\{"code":"already_exists",.*\} 409$/);
+  const { eventId, executionId } = JSON.parse(first.slice(0, first.lastIndexOf(" "))) as { eventId: string; executionId: string };
   const deadline = Date.now() + 10_000;
   for (;;) {
     const res = await server.call("GET", `/api/v1/automation_executions/${executionId}`);
@@ -129,28 +75,52 @@ async function expectRanWith(firstAnswer: string, body: unknown): Promise<void> 
   }
 }
 
-describe("webhook senders in other languages", () => {
-  const body = { user_id: "u-1", display_name: "Zoë Ångström 山田", note: "tab\there, quote \" and emoji 🙂" };
+describe("HMAC webhooks from senders in other languages", () => {
+  const body = { user_id: "u-1", display_name: "Zoë Ångström 山田", note: 'tab\there, a quote " and an emoji 🙂' };
   const text = JSON.stringify(body);
+  let server: TestServer;
+  let hook: WebhookAutomation;
+  beforeAll(async () => {
+    server = await startTestServer();
+    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+  });
+  afterAll(() => server.close());
 
-  it.skipIf(!has("openssl") || !has("curl"))("the README's openssl and curl recipe: 200, then 409 for the same request", async () => {
-    const { first, second } = await send("bash", ["-c", opensslCurl], text);
-    expect(first).toMatch(/^\{"eventId":"[^"]+","executionId":"[^"]+"\} 200$/);
-    expect(second).toMatch(/ 409$/);
-    await expectRanWith(first, body);
+  it.skipIf(!has("openssl") || !has("curl"))("the README's openssl and curl recipe", async () => {
+    await expectAcceptedOnce(server, await send(hook, text, "bash", "hmac-sender.sh"), body);
   });
 
-  it.skipIf(!has("python3"))("Python's standard library: 200, then 409 for the same request", async () => {
-    const { first, second } = await send("python3", ["-c", python], text);
-    expect(first).toMatch(/ 200$/);
-    expect(second).toMatch(/ 409$/);
-    await expectRanWith(first, body);
+  it.skipIf(!has("python3"))("Python's standard library (hmac, urllib)", async () => {
+    await expectAcceptedOnce(server, await send(hook, text, "python3", "hmac_sender.py"), body);
   });
 
-  it.skipIf(!has("java"))("Java's HttpClient, which offers an h2c upgrade: 200, then 409 for the same request", async () => {
-    const { first, second } = await send("java", ["Sender.java"], text);
-    expect(first).toMatch(/ 200$/);
-    expect(second).toMatch(/ 409$/);
-    await expectRanWith(first, body);
+  it.skipIf(!has("javac"))("Java's javax.crypto and HttpClient, which offers an h2c upgrade", async () => {
+    await expectAcceptedOnce(server, await send(hook, text, ...java("HmacSender")), body);
+  });
+});
+
+describe("JWT webhooks signed by Java's own crypto", () => {
+  const body = { user_id: "u-2", display_name: "Zoë 山田" };
+  let listener: JwtListener;
+  let keys: string;
+  beforeAll(async () => {
+    listener = await startJwtListener();
+    keys = mkdtempSync(join(tmpdir(), "accessd-sender-keys-"));
+    for (const [name, key] of Object.entries(listener.jwks.keys)) {
+      writeFileSync(join(keys, `${name}.pem`), key.export({ type: "pkcs8", format: "pem" }), { mode: 0o600 });
+    }
+  });
+  afterAll(async () => {
+    rmSync(keys, { recursive: true, force: true });
+    await listener.close();
+  });
+
+  it.skipIf(!has("javac")).each([
+    ["RS256", "rs1", "rs256"],
+    ["ES256", "es1", "es256"],
+    ["EdDSA", "ed1", "eddsa"],
+  ])("%s", async (alg, kid, key) => {
+    const answers = await send(listener.hook, JSON.stringify(body), ...java("JwtSender", alg, kid, join(keys, `${key}.pem`)));
+    await expectAcceptedOnce(listener.server, answers, body);
   });
 });
