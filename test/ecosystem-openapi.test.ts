@@ -256,6 +256,63 @@ describe("/openapi.json", () => {
     expect(Object.keys(list ?? {})).toEqual(["list", "nextPageToken"]);
   });
 
+  it("marks readOnly exactly the fields the server sets and ignores in a request (field_behavior OUTPUT_ONLY)", () => {
+    const readOnly = (type: string) =>
+      Object.entries(served.components.schemas[type]?.properties ?? {})
+        .filter(([, schema]) => (schema as { readOnly?: boolean }).readOnly === true)
+        .map(([name]) => name);
+    expect(readOnly("svc.api.app.v1.App")).toEqual(["id", "createdAt", "updatedAt"]);
+    expect(readOnly("svc.api.app.v1.AppEntitlement")).toEqual(["id", "appId", "createdAt", "updatedAt"]);
+    expect(readOnly("svc.api.user.v1.User")).toEqual(["id", "createdAt", "updatedAt"]);
+    expect(readOnly("svc.api.automations.v1.Automation")).toEqual(["id", "published", "triggerEnabled", "version", "createdAt", "updatedAt"]);
+    expect(readOnly("svc.api.automations.v1.WebhookTrigger")).toEqual(["listenerId", "endpointUrl"]);
+  });
+
+  it("and the server does ignore them: an Update naming another app's id and times changes the app of its path, a Create keeps its own listener", async () => {
+    const ids = await Promise.all(["first", "second"].map(async (name) => {
+      const res = await server.call("POST", "/api/v1/apps", { displayName: name });
+      return ((await res.json()) as { app: { id: string } }).app.id;
+    }));
+    const update = await server.call("POST", `/api/v1/apps/${ids[0]}`, {
+      app: { id: ids[1], description: "changed", createdAt: "2001-01-01T00:00:00Z" },
+      updateMask: "description",
+    });
+    expect(update.status).toBe(200);
+    const [first, second] = await Promise.all(
+      ids.map(async (id) => ((await (await server.call("GET", `/api/v1/apps/${id}`)).json()) as { app: { description: string; createdAt: string } }).app),
+    );
+    expect([first?.description, second?.description ?? ""]).toEqual(["changed", ""]);
+    expect(first?.createdAt).not.toBe("2001-01-01T00:00:00Z");
+    const created = await server.call("POST", "/api/v1/automations", {
+      displayName: "its own listener",
+      trigger: { webhook: { authMethod: "HMAC", listenerId: "mine", endpointUrl: "http://elsewhere.example/x" } },
+      steps: [{ name: "note", log: { messageCel: "'x'" } }],
+    });
+    const { automation } = (await created.json()) as { automation: { trigger: { webhook: { listenerId: string; endpointUrl: string } } } };
+    expect(automation.trigger.webhook.listenerId).not.toBe("mine");
+    expect(automation.trigger.webhook.endpointUrl).toBe(`https://tenant.example.com/api/v1/webhooks/incoming/${automation.trigger.webhook.listenerId}`);
+  });
+
+  it("documents no request body as required: an absent one is read as {} (a field the RPC needs is then refused by name)", async () => {
+    const bodies = Object.values(served.paths).flatMap((item) => Object.values(item)).flatMap((op) => (op.requestBody === undefined ? [] : [op]));
+    const rpcBodies = bodies.filter((op) => op.operationId !== "ReceiveIncomingWebhook" && op.operationId !== "IssueAccessToken");
+    expect(rpcBodies.length).toBeGreaterThan(10);
+    for (const op of rpcBodies) expect((op.requestBody as { required?: boolean }).required, op.operationId).toBe(false);
+    const created = await fetch(`${server.url}/api/v1/apps`, { method: "POST", headers: server.headers });
+    expect([created.status, ((await created.json()) as { message: string }).message]).toEqual([400, expect.stringContaining("displayName")]);
+    const automation = await server.call("POST", "/api/v1/automations", { displayName: "no body", trigger: { manual: {} }, steps: [] });
+    const { automation: { id } } = (await automation.json()) as { automation: { id: string } };
+    const published = await fetch(`${server.url}/api/v1/automations/${id}/publish`, { method: "POST", headers: server.headers });
+    expect(published.status).toBe(200);
+  });
+
+  it("documents the 404 of Clients.Create, whose user is named in the body", async () => {
+    const create = served.paths["/api/v1/iam/clients"]?.["post"];
+    expect(Object.keys(create?.responses ?? {})).toContain("404");
+    const res = await server.call("POST", "/api/v1/iam/clients", { displayName: "orphan", userId: "no-such-user" });
+    expect(res.status).toBe(404);
+  });
+
   it("declares every page's list and nextPageToken required, the token a string (spec 2.5: empty on the last page, never null)", () => {
     const pages = Object.entries(served.components.schemas).filter(([, schema]) => schema.properties?.["nextPageToken"] !== undefined);
     expect(pages.length).toBeGreaterThanOrEqual(8);
@@ -279,24 +336,29 @@ describe("/openapi.json", () => {
     expect(served.paths["/auth/v1/token"]?.["post"]?.security).toEqual([]);
   });
 
-  it("documents every status of the token endpoint, with Retry-After on 429", () => {
+  it("documents every status of the token endpoint, with Retry-After on 429 and 503", () => {
     const token = served.paths["/auth/v1/token"]?.["post"] as { responses: Record<string, { headers?: Record<string, unknown> }> };
-    expect(Object.keys(token.responses).sort()).toEqual(["200", "400", "401", "413", "429"]);
+    expect(Object.keys(token.responses).sort()).toEqual(["200", "400", "401", "413", "415", "429", "503", "default"]);
     expect(Object.keys(token.responses["429"]?.headers ?? {})).toEqual(["Retry-After"]);
+    expect(Object.keys(token.responses["503"]?.headers ?? {})).toEqual(["Retry-After"]);
   });
 
   it("documents the webhook endpoint with its headers and status codes", () => {
     const webhook = served.paths["/api/v1/webhooks/incoming/{listener_id}"]?.["post"];
     expect(webhook).toBeDefined();
+    // Not Content-Type (the body's media type) nor Authorization (the webhookJwt scheme): OpenAPI
+    // 3.1 ignores header parameters by those names, and a generator may make them required literals.
     expect(webhook?.parameters?.map((p) => [p.name, p.in, p.required])).toEqual([
       ["listener_id", "path", true],
-      ["Content-Type", "header", true],
       ["Webhook-Timestamp", "header", true],
       ["Webhook-Event-Id", "header", true],
       ["Webhook-Signature", "header", false],
-      ["Authorization", "header", false],
     ]);
-    expect(Object.keys(webhook?.responses ?? {})).toEqual(["200", "400", "401", "403", "404", "409", "413"]);
+    // The server refuses a timestamp with leading zeros: so does the pattern.
+    const timestamp = new RegExp((webhook?.parameters?.[1]?.schema as { pattern: string }).pattern);
+    expect(["0", "1700000000"].map((t) => timestamp.test(t))).toEqual([true, true]);
+    expect(["01700000000", "", "-1", "1.5"].some((t) => timestamp.test(t))).toBe(false);
+    expect(Object.keys(webhook?.responses ?? {})).toEqual(["200", "400", "401", "403", "404", "408", "409", "413", "503", "default"]);
     expect(webhook?.requestBody?.content["application/json"]).toBeDefined();
     expect(webhook?.security).toEqual([{ webhookSignature: [] }, { webhookJwt: [] }]);
   });

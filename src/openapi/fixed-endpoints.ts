@@ -67,10 +67,11 @@ function webhookOperation(): Schema {
     security: [{ webhookSignature: [] }, { webhookJwt: [] }],
     parameters: [
       { name: "listener_id", in: "path", required: true, description: "The listener's identifier.", schema: { type: "string" } },
-      header("Content-Type", true, "Must be application/json.", { type: "string", const: "application/json" }),
+      // Content-Type is the request body's media type, and Authorization (JWT listeners) is the
+      // webhookJwt security scheme: OpenAPI 3.1 ignores header parameters by those names.
       header("Webhook-Timestamp", true, "Unix time in seconds; within 5 minutes of the server time.", {
         type: "string",
-        pattern: "^[0-9]+$",
+        pattern: "^(0|[1-9][0-9]*)$",
       }),
       header("Webhook-Event-Id", true, "UUID v4 identifying the event; a repeat on the same listener is a 409.", {
         type: "string",
@@ -79,11 +80,10 @@ function webhookOperation(): Schema {
       header("Webhook-Signature", false, "HMAC listeners only: base64url (no padding) HMAC-SHA256 signature(s).", {
         type: "string",
       }),
-      header("Authorization", false, "JWT listeners only: Bearer <JWT>.", { type: "string", pattern: "^Bearer .+$" }),
     ],
     requestBody: {
       required: true,
-      description: "Any JSON value, at most 64 KB.",
+      description: "Any JSON value, at most 64 KB; `Content-Type: application/json` (a charset parameter may follow).",
       content: { "application/json": { schema: {} } },
     },
     responses: {
@@ -99,10 +99,19 @@ function webhookOperation(): Schema {
       "403": { description: "Source IP not in the allowed CIDR list while IP restrictions are enabled.", content: errorContent },
       "404": { description: "Unknown listener, or its automation is not published or its trigger is disabled (nothing runs).", content: errorContent },
       "409": { description: "Duplicate event id for the listener; already processed (idempotency).", content: errorContent },
+      "408": { description: "The body did not arrive within the request timeout.", content: errorContent },
       "413": { description: "Body larger than 64 KB.", content: errorContent },
+      "503": {
+        description: "The store cannot record the event now (nothing was recorded, nothing runs); send it again later.",
+        headers: retryAfter,
+        content: errorContent,
+      },
+      default: { $ref: "#/components/responses/Error" },
     },
   };
 }
+
+const retryAfter = { "Retry-After": { description: "Seconds to wait before trying again.", schema: { type: "integer" } } };
 
 function tokenOperation(): Schema {
   const form: Schema = {
@@ -135,11 +144,15 @@ function tokenOperation(): Schema {
       "400": { description: "Malformed request or unsupported grant type.", content: oauthError },
       "401": { description: "Client authentication failed.", content: oauthError },
       "413": { description: "Body larger than the token endpoint accepts.", content: oauthError },
+      "415": { description: "A compressed body (Content-Encoding other than identity).", content: oauthError },
       "429": {
         description: "Too many failed attempts for this client id or source address (error slow_down).",
-        headers: { "Retry-After": { description: "Seconds to wait before trying again.", schema: { type: "integer" } } },
+        headers: retryAfter,
         content: oauthError,
       },
+      "503": { description: "The store is unavailable (error temporarily_unavailable).", headers: retryAfter, content: oauthError },
+      // A body that does not arrive in time (408) or a failure of the server itself: the API's error shape.
+      default: { $ref: "#/components/responses/Error" },
     },
   };
 }

@@ -1,5 +1,6 @@
-import { ScalarType, type DescEnum, type DescField, type DescMessage } from "@bufbuild/protobuf";
+import { getOption, ScalarType, type DescEnum, type DescField, type DescMessage } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
+import { FieldBehavior, field_behavior } from "../../gen/google/api/field_behavior_pb.js";
 
 /** A JSON Schema (2020-12, as OpenAPI 3.1 uses it) object. */
 export type Schema = { [key: string]: unknown };
@@ -86,11 +87,18 @@ export class SchemaCollector {
     return { $ref: `#/components/schemas/${message.typeName}` };
   }
 
-  /** An inline object schema of the message's fields that `include` keeps (path-bound fields left out). */
+  /**
+   * An inline object schema of the message's fields that `include` keeps (path-bound fields left
+   * out). Fields the protos mark `(google.api.field_behavior) = OUTPUT_ONLY` are `readOnly`: the
+   * server sets them and ignores them in a request (a generated client leaves them out of its
+   * request types).
+   */
   objectSchema(message: DescMessage, include: (field: DescField) => boolean): Schema {
     const properties: Record<string, Schema> = {};
     for (const field of message.fields) {
-      if (include(field)) properties[field.jsonName] = this.fieldSchema(field);
+      if (!include(field)) continue;
+      const schema = this.fieldSchema(field);
+      properties[field.jsonName] = isOutputOnly(field) ? { ...schema, readOnly: true } : schema;
     }
     return { type: "object", properties, additionalProperties: false };
   }
@@ -137,6 +145,10 @@ export class SchemaCollector {
     }
     return { $ref: `#/components/schemas/${descEnum.typeName}` };
   }
+}
+
+export function isOutputOnly(field: DescField): boolean {
+  return getOption(field, field_behavior).includes(FieldBehavior.OUTPUT_ONLY);
 }
 
 function nullable(schema: Schema): Schema {

@@ -12,6 +12,12 @@ export interface PathOperation {
   operation: Schema;
 }
 
+/**
+ * RPCs that answer 404 for an id in their body rather than their path: the resource it names does
+ * not exist (Clients.Create for an unknown `userId`).
+ */
+const notFoundForBodyReference: ReadonlySet<string> = new Set(["svc.api.iam.v1.Clients.Create"]);
+
 /** Nested request messages are offered as dotted query parameters down to this depth. */
 const maxQueryDepth = 3;
 
@@ -45,7 +51,9 @@ export function rpcOperation(binding: HttpBinding, operationId: string, tag: str
   if (binding.body === "*") {
     const topLevelBound = new Set(pathFields.filter((p) => p.length === 1).map((p) => p[0]));
     operation["requestBody"] = {
-      required: true,
+      // The transcoder reads an absent body as `{}` (Publish, RotateWebhookSecret, Execute need
+      // nothing more); a field the RPC needs is then refused by name with a 400.
+      required: false,
       content: {
         "application/json": {
           schema:
@@ -61,7 +69,9 @@ export function rpcOperation(binding: HttpBinding, operationId: string, tag: str
     "400": { $ref: "#/components/responses/InvalidArgument" },
     "401": { $ref: "#/components/responses/Unauthenticated" },
     "403": { $ref: "#/components/responses/PermissionDenied" },
-    ...(pathFields.length > 0 ? { "404": { $ref: "#/components/responses/NotFound" } } : {}),
+    ...(pathFields.length > 0 || notFoundForBodyReference.has(`${rpc.parent.typeName}.${rpc.name}`)
+      ? { "404": { $ref: "#/components/responses/NotFound" } }
+      : {}),
     default: { $ref: "#/components/responses/Error" },
   };
   return { path, method: binding.method.toLowerCase(), operation };
