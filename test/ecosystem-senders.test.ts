@@ -6,8 +6,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TestServer } from "./support/test-server.js";
-import { startTestServer } from "./support/test-server.js";
-import { createWebhookAutomation, startJwtListener, type JwtListener, type WebhookAutomation } from "./support/webhook-fixtures.js";
+import { startHmacListener, startJwtListener, type JwtListener, type WebhookAutomation } from "./support/webhook-fixtures.js";
 
 /**
  * Webhook senders accessd did not write, in the languages HR tools and ticketing systems are
@@ -81,8 +80,7 @@ describe("HMAC webhooks from senders in other languages", () => {
   let server: TestServer;
   let hook: WebhookAutomation;
   beforeAll(async () => {
-    server = await startTestServer();
-    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    ({ server, hook } = await startHmacListener());
   });
   afterAll(() => server.close());
 

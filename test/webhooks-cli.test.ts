@@ -7,16 +7,15 @@ import { join } from "node:path";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawnCli } from "./support/spawn-cli.js";
-import { startTestServer, type TestServer } from "./support/test-server.js";
-import { createWebhookAutomation, startJwtListener, type JwksServer, type JwtListener, type WebhookAutomation } from "./support/webhook-fixtures.js";
+import type { TestServer } from "./support/test-server.js";
+import { startHmacListener, startJwtListener, type JwksServer, type JwtListener, type WebhookAutomation } from "./support/webhook-fixtures.js";
 
 describe("accessd webhook sign|send", () => {
   let server: TestServer;
   let hook: WebhookAutomation;
 
   beforeAll(async () => {
-    server = await startTestServer();
-    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    ({ server, hook } = await startHmacListener());
   });
   afterAll(() => server.close());
 
@@ -148,8 +147,7 @@ describe("accessd webhook sign|send: what it refuses, and how a send fails", () 
   let hook: WebhookAutomation;
 
   beforeAll(async () => {
-    server = await startTestServer();
-    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    ({ server, hook } = await startHmacListener());
   });
   afterAll(() => server.close());
 

@@ -11,6 +11,7 @@ import { startTestServer, type TestServer } from "./support/test-server.js";
 import {
   activate,
   createWebhookAutomation,
+  startHmacListener,
   hmacHeaders,
   postWebhook,
   type WebhookAutomation,
@@ -47,8 +48,7 @@ describe("inbound webhooks: HMAC listeners", () => {
   let hook: WebhookAutomation;
 
   beforeAll(async () => {
-    server = await startTestServer();
-    hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    ({ server, hook } = await startHmacListener());
   });
   afterAll(() => server.close());
 

@@ -148,6 +148,12 @@ export async function startJwksServer(): Promise<JwksServer> {
   };
 }
 
+/** A test server (with `overrides`) and a published, enabled automation with an HMAC listener. */
+export async function startHmacListener(overrides: Partial<Config> = {}): Promise<{ server: TestServer; hook: WebhookAutomation }> {
+  const server = await startTestServer(overrides);
+  return { server, hook: await createWebhookAutomation(server, { authMethod: "HMAC" }) };
+}
+
 export interface JwtListener {
   server: TestServer;
   jwks: JwksServer;
