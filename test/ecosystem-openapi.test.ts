@@ -293,13 +293,39 @@ describe("/openapi.json", () => {
     expect(automation.trigger.webhook.endpointUrl).toBe(`https://tenant.example.com/api/v1/webhooks/incoming/${automation.trigger.webhook.listenerId}`);
   });
 
-  it("documents no request body as required: an absent one is read as {} (a field the RPC needs is then refused by name)", async () => {
-    const bodies = Object.values(served.paths).flatMap((item) => Object.values(item)).flatMap((op) => (op.requestBody === undefined ? [] : [op]));
-    const rpcBodies = bodies.filter((op) => op.operationId !== "ReceiveIncomingWebhook" && op.operationId !== "IssueAccessToken");
-    expect(rpcBodies.length).toBeGreaterThan(10);
-    for (const op of rpcBodies) expect((op.requestBody as { required?: boolean }).required, op.operationId).toBe(false);
-    const created = await fetch(`${server.url}/api/v1/apps`, { method: "POST", headers: server.headers });
-    expect([created.status, ((await created.json()) as { message: string }).message]).toEqual([400, expect.stringContaining("displayName")]);
+  it("requires a body, and lists required fields, exactly where the server refuses a request without them (field_behavior REQUIRED)", async () => {
+    const required = (type: string) => served.components.schemas[type]?.required ?? [];
+    expect(required("svc.api.automations.v1.AutomationStep")).toEqual(["name"]);
+    expect(required("svc.api.automations.v1.WebhookTrigger")).toEqual(["authMethod"]);
+    expect(required("svc.api.automations.v1.EntitlementOwnerAction")).toEqual(["appIdCel", "entitlementIdCel", "userIdCel"]);
+    const withBodies = Object.entries(served.paths).flatMap(([path, item]) =>
+      Object.entries(item).flatMap(([method, op]) =>
+        op.requestBody === undefined || op.operationId === "ReceiveIncomingWebhook" || op.operationId === "IssueAccessToken"
+          ? []
+          : [{ path, method, op, body: op.requestBody as { required: boolean; content: Record<string, { schema: { required?: string[]; $ref?: string } }> } }],
+      ),
+    );
+    const needingBodies = withBodies.filter(({ body }) => body.required);
+    expect(needingBodies.map(({ op }) => op.operationId).sort()).toEqual([
+      "svc.api.app.v1.AppEntitlements.Create",
+      "svc.api.app.v1.Apps.Create",
+      "svc.api.automations.v1.Automations.Create",
+      "svc.api.iam.v1.Clients.Create",
+      "svc.api.user.v1.Users.Create",
+    ]);
+    for (const { path, method, op, body } of withBodies) {
+      const schema = body.content["application/json"]?.schema;
+      const fields = schema?.required ?? required(schema?.$ref?.replace("#/components/schemas/", "") ?? "");
+      expect(fields.length > 0, op.operationId).toBe(body.required);
+      if (!body.required) continue;
+      // Without a body (read as {}): a 400 naming a required field.
+      const url = path.replace("{app_id}", "some-app").replace("{id}", "some-id");
+      const res = await fetch(`${server.url}${url}`, { method: method.toUpperCase(), headers: server.headers });
+      const { message } = (await res.json()) as { message: string };
+      expect(res.status, op.operationId).toBe(400);
+      expect(fields.some((field) => message.includes(field)), `${op.operationId}: ${message}`).toBe(true);
+    }
+    // And an operation without one takes none: Publish with no body at all.
     const automation = await server.call("POST", "/api/v1/automations", { displayName: "no body", trigger: { manual: {} }, steps: [] });
     const { automation: { id } } = (await automation.json()) as { automation: { id: string } };
     const published = await fetch(`${server.url}/api/v1/automations/${id}/publish`, { method: "POST", headers: server.headers });

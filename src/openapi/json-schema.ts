@@ -89,18 +89,21 @@ export class SchemaCollector {
 
   /**
    * An inline object schema of the message's fields that `include` keeps (path-bound fields left
-   * out). Fields the protos mark `(google.api.field_behavior) = OUTPUT_ONLY` are `readOnly`: the
-   * server sets them and ignores them in a request (a generated client leaves them out of its
-   * request types).
+   * out), after `google.api.field_behavior` in the protos: OUTPUT_ONLY fields are `readOnly` (the
+   * server sets them and ignores them in a request, so a generated client leaves them out of its
+   * request types), REQUIRED ones `required` (the server refuses a request without them with a
+   * 400 naming the field).
    */
   objectSchema(message: DescMessage, include: (field: DescField) => boolean): Schema {
     const properties: Record<string, Schema> = {};
+    const required: string[] = [];
     for (const field of message.fields) {
       if (!include(field)) continue;
       const schema = this.fieldSchema(field);
       properties[field.jsonName] = isOutputOnly(field) ? { ...schema, readOnly: true } : schema;
+      if (isRequired(field)) required.push(field.jsonName);
     }
-    return { type: "object", properties, additionalProperties: false };
+    return { type: "object", properties, ...(required.length > 0 ? { required } : {}), additionalProperties: false };
   }
 
   /** The JSON schema of one field's value. */
@@ -149,6 +152,10 @@ export class SchemaCollector {
 
 export function isOutputOnly(field: DescField): boolean {
   return getOption(field, field_behavior).includes(FieldBehavior.OUTPUT_ONLY);
+}
+
+export function isRequired(field: DescField): boolean {
+  return getOption(field, field_behavior).includes(FieldBehavior.REQUIRED);
 }
 
 function nullable(schema: Schema): Schema {

@@ -1,7 +1,7 @@
 import type { DescField, DescMessage } from "@bufbuild/protobuf";
 import { parsePathTemplate } from "../server/path-template.js";
 import type { HttpBinding } from "../server/http-bindings.js";
-import { isWellKnown, scalarSchema, type Schema, type SchemaCollector } from "./json-schema.js";
+import { isRequired, isWellKnown, scalarSchema, type Schema, type SchemaCollector } from "./json-schema.js";
 
 /** An OpenAPI operation at an OpenAPI path, for one REST binding of an RPC. */
 export interface PathOperation {
@@ -51,9 +51,9 @@ export function rpcOperation(binding: HttpBinding, operationId: string, tag: str
   if (binding.body === "*") {
     const topLevelBound = new Set(pathFields.filter((p) => p.length === 1).map((p) => p[0]));
     operation["requestBody"] = {
-      // The transcoder reads an absent body as `{}` (Publish, RotateWebhookSecret, Execute need
-      // nothing more); a field the RPC needs is then refused by name with a 400.
-      required: false,
+      // The transcoder reads an absent body as `{}`: only a request with a REQUIRED field in its
+      // body needs one (Publish, RotateWebhookSecret, Execute do not).
+      required: rpc.input.fields.some((f) => !topLevelBound.has(f.name) && isRequired(f)),
       content: {
         "application/json": {
           schema:
