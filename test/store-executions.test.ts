@@ -1,11 +1,13 @@
 import { describe, expect, it } from "vitest";
 import type { Store } from "../src/store/store.js";
 import type { ExecutionFilter, ExecutionState } from "../src/store/executions-repository.js";
+import { Writable } from "node:stream";
 import { v7 as uuidv7 } from "uuid";
 import { ManualClock } from "../src/clock.js";
 import { executionChunkRows, startHousekeeping } from "../src/jobs/housekeeping.js";
 import { createLogger } from "../src/logger.js";
 import { newId } from "../src/store/ids.js";
+import { until } from "./support/served-process.js";
 import { inMemoryStores } from "./support/store-fixtures.js";
 
 const stores = inMemoryStores();
@@ -159,8 +161,13 @@ describe("housekeeping of executions", () => {
     const keeping = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: undefined });
     expect((await keeping.firstPass, await keeping.runOnce()).executions).toBe(0);
     keeping.stop();
-    const job = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: 30 * day });
+    const lines: string[] = [];
+    const collected = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => (lines.push(chunk.toString()), done()) }));
+    const job = startHousekeeping({ store, clock, log: collected, eventRetentionMs: day, executionRetentionMs: 30 * day });
     await job.firstPass;
+    await until("the log line is written", () => lines.join("").includes("older than ACCESSD_EXECUTION_RETENTION"), 5_000);
+    const said = JSON.parse(lines.join("").split("\n").find((line) => line.includes("ACCESSD_EXECUTION_RETENTION")) ?? "{}") as Record<string, unknown>;
+    expect(said).toMatchObject({ level: 30, deleted: old.length - old.filter((_, i) => states[i] === "PENDING").length, createdBefore: new Date(10 * day).toISOString() });
     const unfinishedOld = old.filter((_, i) => states[i] === "PENDING");
     expect(store.executions.listAfter({ automationId: "", state: undefined }, undefined, 1000).map((e) => e.id)).toEqual([...unfinishedOld, ...recent]);
     expect((await job.runOnce()).executions).toBe(0);

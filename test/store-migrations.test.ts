@@ -56,6 +56,110 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
   });
 });
 
+/**
+ * Migration 005 as builds of 6cd089c and aa18e2b shipped it (recorded as version 5 like the final
+ * one): the first changed the executions' indexes and dropped the delivery log's time index only,
+ * the second also rebuilt the delivery log, and neither the event records.
+ */
+const early005: Record<string, string> = {
+  "6cd089c": `
+DROP INDEX automation_executions_by_state;
+DROP INDEX automation_executions_by_automation_state;
+CREATE INDEX automation_executions_finished_by_state ON automation_executions (state, id)
+  WHERE state IN ('SUCCEEDED', 'FAILED');
+CREATE INDEX automation_executions_finished_by_automation_state ON automation_executions (automation_id, state, id)
+  WHERE state IN ('SUCCEEDED', 'FAILED');
+DROP INDEX webhook_deliveries_by_time;
+`,
+  aa18e2b: `
+DROP INDEX automation_executions_by_state;
+DROP INDEX automation_executions_by_automation_state;
+CREATE INDEX automation_executions_finished_by_state ON automation_executions (state, id)
+  WHERE state IN ('SUCCEEDED', 'FAILED');
+CREATE INDEX automation_executions_finished_by_automation_state ON automation_executions (automation_id, state, id)
+  WHERE state IN ('SUCCEEDED', 'FAILED');
+CREATE TABLE webhook_deliveries_v5 (
+  automation_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  event_id TEXT NOT NULL,
+  status INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  source_ip TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  received_at INTEGER NOT NULL,
+  execution_id TEXT NOT NULL,
+  PRIMARY KEY (automation_id, id)
+) STRICT, WITHOUT ROWID;
+INSERT INTO webhook_deliveries_v5
+  SELECT automation_id, id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id FROM webhook_deliveries;
+DROP TABLE webhook_deliveries;
+ALTER TABLE webhook_deliveries_v5 RENAME TO webhook_deliveries;
+`,
+};
+
+describe("migration 008 (migration 005 finished on databases an early build of it migrated)", () => {
+  it.each([
+    ["6cd089c", "a start of the current build stopped after 006 and 007"],
+    ["aa18e2b", "never opened by a later build"],
+  ])("opens a database migrated by %s's 005 (%s), with its deliveries and event records", async (build, history) => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
+    try {
+      const path = join(dir, "accessd.db");
+      const before = new BetterSqlite3(path);
+      applyMigrations(before, [...migrations.filter((m) => m.version < 5), { version: 5, name: "early 005", sql: early005[build] ?? "" }]);
+      const logDelivery = before.prepare(
+        "INSERT INTO webhook_deliveries (id, automation_id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id) VALUES (?, ?, ?, 200, 'accepted', '127.0.0.1', 1, 0, '')",
+      );
+      logDelivery.run("d1", "a", "ev1");
+      logDelivery.run("d2", "b", "ev2");
+      const recordEvent = before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES ('l', ?, ?, 'x')");
+      recordEvent.run("ev1", 5);
+      recordEvent.run("ev2", 3);
+      // What a failed start of the build before this migration recorded (the reviewer's file).
+      if (history.startsWith("a start")) applyMigrations(before, migrations.filter((m) => m.version < 8 && m.version !== 5).concat({ version: 5, name: "early 005", sql: "" }));
+      before.close();
+
+      const store = Store.open(path);
+      try {
+        expect(store.webhooks.deliveries.listBefore("a", undefined, 10).map((d) => [d.id, d.eventId])).toEqual([["d1", "ev1"]]);
+        expect(store.webhooks.deliveries.automationIds()).toEqual(["a", "b"]);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev1", receivedAt: 6, executionId: "y" })).toBe(false);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev3", receivedAt: 6, executionId: "y" })).toBe(true);
+        // Expiry walks the records in arrival order (the rowid table of the final 005).
+        expect(store.transaction(() => store.webhooks.events.deleteReceivedBefore(6, 10))).toBe(2);
+        const shape = (table: string) =>
+          store.db.prepare<[string], string>("SELECT sql FROM sqlite_schema WHERE name = ?").pluck().get(table) ?? "";
+        expect(shape("webhook_deliveries")).toMatch(/WITHOUT ROWID/);
+        expect(shape("webhook_events")).not.toMatch(/WITHOUT ROWID/);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("changes nothing on a database the final 005 migrated", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
+    try {
+      const path = join(dir, "accessd.db");
+      const before = new BetterSqlite3(path);
+      applyMigrations(before, migrations.filter((m) => m.version < 8));
+      const schemaOf = (db: BetterSqlite3.Database) => db.prepare("SELECT type, name, sql FROM sqlite_schema WHERE name != 'schema_migrations' ORDER BY name").all();
+      const schemaBefore = schemaOf(before);
+      before.close();
+      const store = Store.open(path);
+      try {
+        expect(schemaOf(store.db as unknown as BetterSqlite3.Database)).toEqual(schemaBefore);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("a database migrated by a newer accessd", () => {
   it("is not opened: the error names the migrations this build does not know, and the file is left as it was", () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));

@@ -107,6 +107,14 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
       const createdBefore = now - executionRetentionMs;
       const deleteChunk = () => store.executions.deleteFinishedCreatedBefore(createdBefore, executionChunkRows);
       result.executions = await inChunks(deleteChunk, executionChunkRows, false);
+      // History that the API no longer shows: said where an operator reads (the first pass after
+      // an upgrade from a build that kept every execution may delete months of it).
+      if (result.executions > 0) {
+        log.info(
+          { deleted: result.executions, createdBefore: new Date(createdBefore).toISOString() },
+          "deleted finished executions older than ACCESSD_EXECUTION_RETENTION",
+        );
+      }
     }
     if (!stopped) result.secrets = store.transaction(() => secrets.deleteExpired(now));
     return result;

@@ -1,10 +1,11 @@
-import { chmodSync, copyFileSync, existsSync, linkSync, rmSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, linkSync, readFileSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { ConfigError } from "../config.js";
-import { dataKeyFilePath, readKeyFile, sealedSample } from "./data-key.js";
+import { dataKeyFilePath, nextKeyFilePath, readKeyFile, sealedSample } from "./data-key.js";
 import { createOwnerOnly } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
+import { removeLeftovers, temporaryName } from "./leftover-files.js";
 import { SecretCipher } from "./secret-cipher.js";
 import { DatabaseOpenError, refuseNonFileDatabase } from "./store.js";
 
@@ -25,7 +26,8 @@ export interface BackupResult {
  * it might never finish. The copy and, unless the key is given as ACCESSD_DATA_KEY, the key file
  * (`<copy>.key`, mode 0600) are written under a temporary name, fsynced, and only then linked to
  * their names (a link never replaces an existing file): a backup that fails or is killed half-way
- * leaves no file by the name an operator would restore from.
+ * leaves no database file by the name an operator would restore from, and the next backup to that
+ * name removes what it left (`removeLeftovers`; a key by the copy's name is kept if it is the key).
  *
  * The data key (`dataKey`, ACCESSD_DATA_KEY; otherwise the key file) must open what the database
  * has sealed, as at the server's start: a backup kept with another key cannot be restored, and
@@ -40,13 +42,20 @@ export function backupDatabase(databasePath: string, destination: string, option
   const keyFile = options.dataKey === undefined ? dataKeyFilePath(databasePath) : undefined;
   const keyCopy = keyFile === undefined ? undefined : dataKeyFilePath(destination);
   if (!existsSync(dirname(destination))) throw new Error(`the folder ${dirname(destination)} does not exist; create it first`);
-  for (const target of [destination, keyCopy]) {
-    if (target !== undefined && existsSync(target)) throw new Error(`${target} exists; a backup does not overwrite anything`);
-  }
   if (keyFile !== undefined && !existsSync(keyFile)) {
     throw new Error(`the key file ${keyFile} is missing; a backup without it cannot open the database's secrets`);
   }
-  const partial = `${destination}.partial-${process.pid}`;
+  // What a backup to this name that was killed half-way left: its partial copy, the copy's
+  // journal, the key beside it (each as large as the database, or a stray key).
+  removeLeftovers(destination, "partial");
+  if (existsSync(destination)) throw new Error(`${destination} exists; a backup does not overwrite anything`);
+  // A key by the copy's name without the copy is what a backup killed between its two links left:
+  // the very key this backup would put there is taken as its own, any other refused.
+  const keyCopyInPlace = keyCopy !== undefined && existsSync(keyCopy);
+  if (keyCopyInPlace && (keyFile === undefined || !readFileSync(keyCopy).equals(readFileSync(keyFile)))) {
+    throw new Error(`${keyCopy} exists; a backup does not overwrite anything`);
+  }
+  const partial = temporaryName(destination, "partial");
   const partialKey = `${partial}.key`;
   try {
     const source = new BetterSqlite3(databasePath, { readonly: true, fileMustExist: true });
@@ -54,10 +63,14 @@ export function backupDatabase(databasePath: string, destination: string, option
       source.pragma("busy_timeout = 5000");
       const key = options.dataKey ?? keyFile;
       if (key !== undefined && !keyOpensDatabase(source, databasePath, key)) {
+        const next = nextKeyFilePath(databasePath);
         throw new ConfigError(
           "ACCESSD_DATA_KEY",
-          `${keySource(key)} is not the key the database's secrets are sealed with: a backup kept with it could not be ` +
-            "restored; run the backup with the key (or key file) the server starts with",
+          keyFile !== undefined && existsSync(next)
+            ? `${keySource(key)} is not the key the database's secrets are sealed with, and ${next} stands beside it: ` +
+                "a data key rotation was stopped before it finished; run `accessd rotate-data-key` to finish it, then the backup"
+            : `${keySource(key)} is not the key the database's secrets are sealed with: a backup kept with it could not be ` +
+                "restored; run the backup with the key (or key file) the server starts with",
         );
       }
       createOwnerOnly(partial); // VACUUM INTO fills an empty file, keeping its mode
@@ -84,7 +97,7 @@ export function backupDatabase(databasePath: string, destination: string, option
       copy.close();
     }
     // The key first: a database copy by its name always has its key beside it.
-    if (keyCopy !== undefined) linkSync(partialKey, keyCopy);
+    if (keyCopy !== undefined && !keyCopyInPlace) linkSync(partialKey, keyCopy);
     linkSync(partial, destination);
     fsyncPath(dirname(destination));
   } finally {

@@ -1,9 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, existsSync, fsyncSync, openSync, readFileSync, statSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
 import { makeDatabaseFolder, type Database } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
+import { removeLeftovers, temporaryName } from "./leftover-files.js";
 import { SecretCipher } from "./secret-cipher.js";
 import type { Store } from "./store.js";
 import { webhookSecretAssociatedData } from "./webhook-secrets-repository.js";
@@ -157,18 +158,28 @@ function readOrCreateKeyFile(path: string): Buffer {
 }
 
 /**
- * Writes `key` (base64url) to a file that must not exist yet, mode 0600, and flushes it and its
- * name to disk before anything is sealed with it: the database's own writes reach the disk at its
- * next checkpoint, and a key file lost to a power cut would leave them unreadable.
+ * Writes `key` (base64url) to a file that must not exist yet (EEXIST otherwise), mode 0600, and
+ * flushes it and its name to disk before anything is sealed with it: the database's own writes
+ * reach the disk at its next checkpoint, and a key file lost to a power cut would leave them
+ * unreadable. The key is written and flushed under a temporary name first and then linked to
+ * `path`, so the file appears whole or not at all: created in place, a start killed between
+ * creating and writing it left an empty key file that every later start refused.
  */
 export function writeNewKeyFile(path: string, key: Buffer): void {
-  const fd = openSync(path, "wx", 0o600);
+  removeLeftovers(path, "writing");
+  const temporary = temporaryName(path, "writing");
   try {
-    writeSync(fd, `${key.toString("base64url")}\n`);
-    chmodSync(path, 0o600);
-    fsyncSync(fd);
+    const fd = openSync(temporary, "w", 0o600);
+    try {
+      writeSync(fd, `${key.toString("base64url")}\n`);
+      chmodSync(temporary, 0o600);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    linkSync(temporary, path); // never replaces a file: EEXIST when another process made it first
   } finally {
-    closeSync(fd);
+    rmSync(temporary, { force: true });
   }
   fsyncPath(dirname(path));
 }
@@ -177,7 +188,14 @@ export function writeNewKeyFile(path: string, key: Buffer): void {
 export function readKeyFile(path: string): Buffer {
   const key = keyInFile(path);
   if (key === undefined) {
-    throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${path} does not hold a base64url 32-byte key`);
+    const empty = statSync(path).size === 0;
+    throw new ConfigError(
+      "ACCESSD_DATA_KEY",
+      empty
+        ? `not set, and the key file ${path} is empty (a start stopped while it created the file, before this build wrote ` +
+            "key files whole): if the database has never served, delete the empty file and start again; otherwise restore the key from a backup"
+        : `not set, and the key file ${path} does not hold a base64url 32-byte key`,
+    );
   }
   return key;
 }

@@ -89,6 +89,7 @@ export function applyMigrations(db: Database, all: readonly Migration[]): void {
     if (applied.has(migration.version)) continue;
     db.transaction(() => {
       db.exec(migration.sql);
+      migration.apply?.(db);
       record.run(migration.version, migration.name, Date.now());
     })();
   }

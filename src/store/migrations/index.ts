@@ -5,12 +5,16 @@ import { webhooksSchema } from "./004-webhooks.js";
 import { leanWriteIndexesSchema } from "./005-lean-write-indexes.js";
 import { sealedSigningKeysSchema } from "./006-sealed-signing-keys.js";
 import { usersByEmailNocaseSchema } from "./007-users-by-email-nocase.js";
+import { finishEarly005Schema } from "./008-finish-early-005.js";
+import type { Database } from "../database.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
 export interface Migration {
   version: number;
   name: string;
   sql: string;
+  /** Runs after `sql`, in the same transaction: for a change that depends on what the database holds. */
+  apply?(db: Database): void;
 }
 
 export const migrations: readonly Migration[] = [
@@ -21,4 +25,5 @@ export const migrations: readonly Migration[] = [
   leanWriteIndexesSchema,
   sealedSigningKeysSchema,
   usersByEmailNocaseSchema,
+  finishEarly005Schema,
 ];

@@ -1,0 +1,142 @@
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { once } from "node:events";
+import { copyFileSync, existsSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { dataKeyFilePath, nextKeyFilePath } from "../src/store/data-key.js";
+import { until } from "./support/served-process.js";
+import { scratch } from "./support/scratch.js";
+import { builtCli, listeningPort, spawnBuiltCli, spawnCli } from "./support/spawn-cli.js";
+import { startTestServer } from "./support/test-server.js";
+
+/**
+ * The narrow windows of the file operations around the database (an outside review found them by
+ * holding a process at one system call and killing it there): a SIGKILL at the worst moment must
+ * leave files the next run takes as they are, with no hand-made cleanup. strace holds the
+ * process (`inject=...:delay_enter`) at a system call on one path; the test kills it there.
+ */
+
+const { tempDir, track } = scratch("accessd-crash-windows-");
+const hasStrace = spawnSync("strace", ["-V"], { stdio: "ignore" }).status === 0;
+
+interface Held {
+  /** Kills the traced node process (SIGKILL) and strace; resolves when both are gone. */
+  kill(): Promise<void>;
+}
+
+/** `node dist/src/cli/main.js <args>`, held for a minute at its first `syscalls` on `path`. */
+function heldAt(path: string, syscalls: string, args: string[], env: Record<string, string>): Held {
+  const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ACCESSD_")));
+  const strace: ChildProcess = spawn(
+    "strace",
+    ["-f", "-qq", "-o", "/dev/null", "-P", path, "-e", `trace=${syscalls}`, "-e", `inject=${syscalls}:delay_enter=60000000`, process.execPath, builtCli, ...args],
+    { env: { ...inherited, ...env }, stdio: "ignore" },
+  );
+  const exited = once(strace, "exit");
+  return {
+    async kill() {
+      const found = spawnSync("ps", ["-o", "pid=", "--ppid", String(strace.pid)], { encoding: "utf8" }).stdout.trim();
+      const pids = found.split(/\s+/).filter(Boolean).map(Number);
+      for (const pid of pids) process.kill(pid, "SIGKILL");
+      strace.kill("SIGKILL");
+      await exited;
+      // Gone for good (reaped), as after a real crash: until then its id still answers kill(pid, 0).
+      await until("the killed process is reaped", () => pids.every((pid) => !isRunning(pid)), 10_000);
+    },
+  };
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe.skipIf(!hasStrace)("a process killed at the worst moment of a file operation", () => {
+  it("a first start killed while it writes the new key file: the next start serves (an empty key file stopped every later start)", async () => {
+    const dir = tempDir();
+    const database = join(dir, "new.db");
+    const keyFile = dataKeyFilePath(database);
+    const held = heldAt(keyFile, "write,link,linkat", ["serve"], { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" });
+    // Held at the key file's first write (created in place) or at its link (written aside).
+    await until("the key file is under way", () => readdirSync(dir).some((name) => name.startsWith("new.db.key")), 20_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await held.kill();
+    expect(!existsSync(keyFile) || statSync(keyFile).size > 0).toBe(true);
+
+    const next = track(spawnBuiltCli(["serve"], { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" }));
+    expect(await listeningPort(next)).toBeGreaterThan(0);
+    next.child.kill("SIGTERM");
+    expect((await next.exited).code).toBe(0);
+    expect(readdirSync(dir).filter((name) => name.startsWith("new.db.key"))).toEqual(["new.db.key"]);
+  });
+
+  it("a backup killed between linking the copy's key and the copy: the next backup to that name succeeds and leaves nothing else", async () => {
+    const dir = tempDir();
+    const database = join(dir, "live.db");
+    await (await startTestServer({ database })).close(); // a database sealed under its key file
+    const copy = join(dir, "copy.db");
+    const held = heldAt(copy, "link,linkat", ["backup", copy], { ACCESSD_DATABASE: database });
+    await until("the copy's key is linked", () => existsSync(dataKeyFilePath(copy)), 20_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await held.kill();
+    expect(existsSync(copy)).toBe(false);
+
+    const again = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
+    expect(await again.exited).toEqual({ code: 0, signal: null });
+    expect(readdirSync(dir).filter((name) => name.startsWith("copy.db")).sort()).toEqual(["copy.db", "copy.db.key"]);
+    await (await startTestServer({ database: copy })).close(); // and it opens with the key beside it
+  });
+});
+
+describe("what a killed run leaves, taken by the next", () => {
+  it("a backup removes the partial copy, journal and key a killed backup to the same name left", async () => {
+    const dir = tempDir();
+    const database = join(dir, "live.db");
+    await (await startTestServer({ database })).close();
+    const copy = join(dir, "copy.db");
+    const gone = 2 ** 22 + 1; // above Linux's largest pid: no process has it
+    const leftovers = [`copy.db.partial-${gone}`, `copy.db.partial-${gone}-journal`, `copy.db.partial-${gone}.key`];
+    for (const name of leftovers) writeFileSync(join(dir, name), "left by a killed backup");
+    // One of a process that still runs (this one's parent) is not touched: it may be writing it now.
+    const live = `copy.db.partial-${process.ppid}`;
+    writeFileSync(join(dir, live), "being written");
+
+    const backup = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
+    expect(await backup.exited).toEqual({ code: 0, signal: null });
+    expect(readdirSync(dir).filter((name) => name.startsWith("copy.db")).sort()).toEqual(["copy.db", "copy.db.key", live]);
+  });
+
+  it("a key by the copy's name that is not this database's key is still refused", async () => {
+    const dir = tempDir();
+    const database = join(dir, "live.db");
+    await (await startTestServer({ database })).close();
+    const copy = join(dir, "copy.db");
+    writeFileSync(dataKeyFilePath(copy), "someone else's key\n", { mode: 0o600 });
+    const backup = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
+    expect(await backup.exited).toEqual({ code: 1, signal: null });
+    expect(backup.stderr()).toContain(`${dataKeyFilePath(copy)} exists; a backup does not overwrite anything`);
+    expect(readFileSync(dataKeyFilePath(copy), "utf8")).toBe("someone else's key\n");
+  });
+
+  it("a backup during a key rotation stopped after its commit says so, as the start does", async () => {
+    const dir = tempDir();
+    const database = join(dir, "live.db");
+    await (await startTestServer({ database })).close();
+    const keyFile = dataKeyFilePath(database);
+    copyFileSync(keyFile, `${keyFile}.old`);
+    const rotate = track(spawnCli(["rotate-data-key"], { ACCESSD_DATABASE: database }));
+    expect((await rotate.exited).code).toBe(0);
+    // The state of a rotation killed between its commit and its rename: the database sealed under
+    // the new key, the old key file in place, the new one beside it as .key.next.
+    renameSync(keyFile, nextKeyFilePath(database));
+    renameSync(`${keyFile}.old`, keyFile);
+
+    const backup = track(spawnCli(["backup", join(dir, "copy.db")], { ACCESSD_DATABASE: database }));
+    expect((await backup.exited).code).toBe(2);
+    expect(backup.stderr()).toContain("a data key rotation was stopped before it finished; run `accessd rotate-data-key` to finish it");
+  });
+});
