@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { dataKeyFilePath, nextKeyFilePath } from "../src/store/data-key.js";
 import { until } from "./support/served-process.js";
 import { scratch } from "./support/scratch.js";
-import { builtCli, listeningPort, spawnBuiltCli, spawnCli } from "./support/spawn-cli.js";
+import { builtCli, listeningPort, spawnCli } from "./support/spawn-cli.js";
 import { startTestServer } from "./support/test-server.js";
 
 /**
@@ -67,7 +67,7 @@ describe.skipIf(!hasStrace)("a process killed at the worst moment of a file oper
     await held.kill();
     expect(!existsSync(keyFile) || statSync(keyFile).size > 0).toBe(true);
 
-    const next = track(spawnBuiltCli(["serve"], { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" }));
+    const next = track(spawnCli(["serve"], { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" }));
     expect(await listeningPort(next)).toBeGreaterThan(0);
     next.child.kill("SIGTERM");
     expect((await next.exited).code).toBe(0);

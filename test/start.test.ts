@@ -1,14 +1,12 @@
-import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { request as httpRequest, Agent } from "node:http";
 import { connect as http2Connect } from "node:http2";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { beforeAll, describe, expect, it } from "vitest";
 import { scratch } from "./support/scratch.js";
 import { until } from "./support/served-process.js";
-import { builtCli, repoRoot, listeningPort, spawnBuiltCli, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { builtCli, repoRoot, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
 
 const { tempDir, track } = scratch("accessd-start-");
 
@@ -222,17 +220,13 @@ async function expectPortFree(host: string, port: number): Promise<void> {
 }
 
 describe("npm start with the shipped defaults (no ACCESSD_* variable)", () => {
-  beforeAll(async () => {
-    // `npm ci` builds dist/ through the prepare script; build it again (about a second), so the
-    // test runs what the sources say now, not what an earlier build left.
-    await promisify(execFile)(join(repoRoot, "node_modules", ".bin", "tsc"), ["-p", "tsconfig.build.json"], { cwd: repoRoot });
-    expect(existsSync(builtCli)).toBe(true);
-  }, 180_000);
+  // dist/ is built from the sources by the tests' global setup (test/support/build-dist.ts).
+  beforeAll(() => expect(existsSync(builtCli)).toBe(true));
 
   it("serves /healthz on 127.0.0.1:8080, creates ./data/accessd.db in its working directory and exits 0 on SIGTERM", async () => {
     await expectPortFree("127.0.0.1", 8080);
     const cwd = tempDir();
-    const cli = spawnBuiltCli(["serve"], {}, cwd); // spawnBuiltCli passes on no ACCESSD_* variable of this process
+    const cli = spawnCli(["serve"], {}, cwd); // spawnCli passes on no ACCESSD_* variable of this process
     track(cli);
     expect(await listeningPort(cli)).toBe(8080);
     const listening = cli.stdout().split("\n").find((line) => line.includes("accessd listening")) ?? "";

@@ -1,12 +1,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 
 /** The repository root, whatever the working directory of the test run. */
 export const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
-
-/** tsx's loader by absolute URL, so the CLI can run from any working directory (a temp dir). */
-const tsxLoader = pathToFileURL(`${repoRoot}node_modules/tsx/dist/loader.mjs`).href;
 
 export interface CliProcess {
   child: ChildProcess;
@@ -15,22 +12,15 @@ export interface CliProcess {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/**
- * Runs `accessd <args>` from the TypeScript sources (`node --import tsx src/cli/main.ts`), with
- * only the given ACCESSD_* variables (none inherited from the test's environment).
- */
-export function spawnCli(args: string[], env: Record<string, string>, cwd = repoRoot): CliProcess {
-  return spawnNode(["--import", tsxLoader, `${repoRoot}src/cli/main.ts`, ...args], env, cwd);
-}
-
 /** The built CLI that `npm start` and the `accessd` bin run (`node dist/src/cli/main.js`). */
 export const builtCli = `${repoRoot}dist/src/cli/main.js`;
 
 /**
- * Runs `node dist/src/cli/main.js <args>` as `npm start` does, with only the given ACCESSD_*
- * variables (none inherited from the test's environment).
+ * Runs `accessd <args>` as `npm start` and the `accessd` bin do (`node dist/src/cli/main.js`; the
+ * global setup, test/support/build-dist.ts, builds dist/ from the sources before the tests), with
+ * only the given ACCESSD_* variables (none inherited from the test's environment).
  */
-export function spawnBuiltCli(args: string[], env: Record<string, string>, cwd = repoRoot): CliProcess {
+export function spawnCli(args: string[], env: Record<string, string>, cwd = repoRoot): CliProcess {
   return spawnNode([builtCli, ...args], env, cwd);
 }
 

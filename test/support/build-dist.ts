@@ -1,0 +1,12 @@
+import { execFileSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+/**
+ * Vitest's global setup: builds `dist/` from the sources once before any test file runs (about a
+ * second), so every test that starts `accessd` as a process (`spawnCli`) runs what `src/` says
+ * now, as `npm start` would, and none pays tsx's start-up (1-3 s a process on this VM) instead.
+ */
+export default function buildDist(): void {
+  const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
+  execFileSync(`${repoRoot}node_modules/.bin/tsc`, ["-p", "tsconfig.build.json"], { cwd: repoRoot, stdio: "inherit" });
+}
