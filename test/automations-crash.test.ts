@@ -127,9 +127,12 @@ describe("crash safety", () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-crash-loop-"));
     dirs.push(dir);
     const database = join(dir, "accessd.db");
-    // Each step waits 400 ms first (the test knob): the step "is running" then, and the kill lands in it.
-    const serveSlowSteps = async () => {
-      const served = await serveProcess({ ACCESSD_DATABASE: database, ACCESSD_TEST_STEP_DELAY_MS: "400" });
+    // Each step waits first (the test knob): the step "is running" then, and the kill lands in it.
+    // The processes to be killed wait 10 s, so the kill cannot come after the step (with 400 ms, a
+    // poll answered late on a loaded machine let the step finish first: the mark was then on the
+    // execution behind it); the last one waits 400 ms, to run the queue.
+    const serveSlowSteps = async (stepDelayMs = 10_000) => {
+      const served = await serveProcess({ ACCESSD_DATABASE: database, ACCESSD_TEST_STEP_DELAY_MS: String(stepDelayMs) });
       running.push(served.cli);
       return served;
     };
@@ -173,7 +176,7 @@ describe("crash safety", () => {
       await kill(careful);
     }
     // 4. The next start ends `poisoned` without running its step again, and goes on.
-    const last = await serveSlowSteps();
+    const last = await serveSlowSteps(400);
     await until("the execution behind it has run", async () => (await state(last, behind)) === "SUCCEEDED");
     const ended = (await last.call<{ execution: ExecutionJson & { error: string } }>("GET", `/api/v1/automation_executions/${poisoned}`)).execution;
     expect(ended).toMatchObject({ state: "FAILED", steps: [{ name: "fatal", state: "PENDING" }] }); // never run
