@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { execFileSync } from "node:child_process";
+import { dirname, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "../src/config.js";
@@ -87,6 +88,23 @@ describe("resolveDataKey", () => {
     const again = resolveDataKey(undefined, db, { holdsSealedSecrets: true }).cipher;
     expect(fromFile.opens(cipher.seal(Buffer.from("x"), "t"), "t")).toBe(true);
     expect(again.opens(cipher.seal(Buffer.from("x"), "t"), "t")).toBe(true);
+  });
+
+  it("reads an existing key file without writing anything (a full disk, a folder it cannot write: the start still reads its key)", (context) => {
+    const db = tempDatabase();
+    const first = resolveDataKey(undefined, db, { holdsSealedSecrets: false }).cipher;
+    const folder = dirname(db);
+    try {
+      execFileSync("chattr", ["+i", folder], { stdio: "ignore" }); // no new file in it, even for root
+    } catch {
+      context.skip(); // no CAP_LINUX_IMMUTABLE, or a file system without the flag
+    }
+    try {
+      const again = resolveDataKey(undefined, db, { holdsSealedSecrets: true }).cipher;
+      expect(again.opens(first.seal(Buffer.from("x"), "t"), "t")).toBe(true);
+    } finally {
+      execFileSync("chattr", ["-i", folder], { stdio: "ignore" });
+    }
   });
 
   it("creates no key file for a database that holds sealed secrets", () => {

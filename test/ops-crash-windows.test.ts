@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
-import { copyFileSync, existsSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dataKeyFilePath, nextKeyFilePath } from "../src/store/data-key.js";
@@ -22,18 +22,26 @@ const hasStrace = spawnSync("strace", ["-V"], { stdio: "ignore" }).status === 0;
 interface Held {
   /** Kills the traced node process (SIGKILL) and strace; resolves when both are gone. */
   kill(): Promise<void>;
+  /** The process's exit code (strace exits with it), once it ends by itself. */
+  exited: Promise<number | null>;
+  stderr: () => string;
 }
 
-/** `node dist/src/cli/main.js <args>`, held for a minute at its first `syscalls` on `path`. */
-function heldAt(path: string, syscalls: string, args: string[], env: Record<string, string>): Held {
+/** `node dist/src/cli/main.js <args>`, held for `seconds` (a minute) at each of its `syscalls` on `path`. */
+function heldAt(path: string, syscalls: string, args: string[], env: Record<string, string>, seconds = 60): Held {
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ACCESSD_")));
+  const delay = `delay_enter=${seconds * 1_000_000}`;
   const strace: ChildProcess = spawn(
     "strace",
-    ["-f", "-qq", "-o", "/dev/null", "-P", path, "-e", `trace=${syscalls}`, "-e", `inject=${syscalls}:delay_enter=60000000`, process.execPath, builtCli, ...args],
-    { env: { ...inherited, ...env }, stdio: "ignore" },
+    ["-f", "-qq", "-o", "/dev/null", "-P", path, "-e", `trace=${syscalls}`, "-e", `inject=${syscalls}:${delay}`, process.execPath, builtCli, ...args],
+    { env: { ...inherited, ...env }, stdio: ["ignore", "ignore", "pipe"] },
   );
+  let stderr = "";
+  strace.stderr?.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = once(strace, "exit");
   return {
+    exited: exited.then(([code]) => code as number | null),
+    stderr: () => stderr,
     async kill() {
       const found = spawnSync("ps", ["-o", "pid=", "--ppid", String(strace.pid)], { encoding: "utf8" }).stdout.trim();
       const pids = found.split(/\s+/).filter(Boolean).map(Number);
@@ -44,6 +52,12 @@ function heldAt(path: string, syscalls: string, args: string[], env: Record<stri
       await until("the killed process is reaped", () => pids.every((pid) => !isRunning(pid)), 10_000);
     },
   };
+}
+
+/** Backdates the files in `dir` whose names start with `prefix` by two minutes: a later run, as a nightly backup is. */
+function ageFiles(dir: string, prefix: string): void {
+  const then = new Date(Date.now() - 120_000);
+  for (const name of readdirSync(dir).filter((n) => n.startsWith(prefix))) utimesSync(join(dir, name), then, then);
 }
 
 function isRunning(pid: number): boolean {
@@ -66,6 +80,7 @@ describe.skipIf(!hasStrace)("a process killed at the worst moment of a file oper
     await new Promise((resolve) => setTimeout(resolve, 300));
     await held.kill();
     expect(!existsSync(keyFile) || statSync(keyFile).size > 0).toBe(true);
+    ageFiles(dir, "new.db.key.writing-");
 
     const next = track(spawnCli(["serve"], { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" }));
     expect(await listeningPort(next)).toBeGreaterThan(0);
@@ -84,6 +99,7 @@ describe.skipIf(!hasStrace)("a process killed at the worst moment of a file oper
     await new Promise((resolve) => setTimeout(resolve, 300));
     await held.kill();
     expect(existsSync(copy)).toBe(false);
+    ageFiles(dir, "copy.db.partial-");
 
     const again = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
     expect(await again.exited).toEqual({ code: 0, signal: null });
@@ -92,22 +108,50 @@ describe.skipIf(!hasStrace)("a process killed at the worst moment of a file oper
   });
 });
 
+describe.skipIf(!hasStrace)("a data key rotation while a backup runs", () => {
+  it("a backup that finds its own key by the copy's name checks the copy against that key: a rotation meanwhile fails it", async () => {
+    const dir = tempDir();
+    const database = join(dir, "live.db");
+    await (await startTestServer({ database })).close();
+    const copy = join(dir, "copy.db");
+    copyFileSync(dataKeyFilePath(database), dataKeyFilePath(copy)); // what a backup killed between its links left
+    // Held for 4 s as it opens the database, after it took the key by the copy's name as its own.
+    const backup = heldAt(database, "openat", ["backup", copy], { ACCESSD_DATABASE: database }, 4);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const rotate = track(spawnCli(["rotate-data-key"], { ACCESSD_DATABASE: database }));
+    expect((await rotate.exited).code).toBe(0);
+    const code = await backup.exited;
+    // Before the fix: exit 0, and a copy sealed under the new key beside the old one.
+    expect(code).not.toBe(0);
+    expect(backup.stderr()).toContain("the data key changed while the backup ran");
+    expect(existsSync(copy)).toBe(false);
+  });
+});
+
 describe("what a killed run leaves, taken by the next", () => {
-  it("a backup removes the partial copy, journal and key a killed backup to the same name left", async () => {
+  it("a backup removes the partial copy, journal and key a killed backup to the same name left, and nothing else", async () => {
     const dir = tempDir();
     const database = join(dir, "live.db");
     await (await startTestServer({ database })).close();
     const copy = join(dir, "copy.db");
     const gone = 2 ** 22 + 1; // above Linux's largest pid: no process has it
-    const leftovers = [`copy.db.partial-${gone}`, `copy.db.partial-${gone}-journal`, `copy.db.partial-${gone}.key`];
-    for (const name of leftovers) writeFileSync(join(dir, name), "left by a killed backup");
-    // One of a process that still runs (this one's parent) is not touched: it may be writing it now.
-    const live = `copy.db.partial-${process.ppid}`;
-    writeFileSync(join(dir, live), "being written");
+    const leftovers = [`copy.db.partial-${gone}-0123abcd`, `copy.db.partial-${gone}-0123abcd-journal`, `copy.db.partial-${gone}-0123abcd.key`];
+    const kept = [
+      `copy.db.partial-${process.ppid}-0123abcd`, // its process runs: it may be writing it now
+      `copy.db.partial-${gone}-4567cdef`, // changed a moment ago: a process of another pid namespace may be writing it
+      "copy.db.partial-2024-12-01.db", // not a name a backup makes
+      `copy.db.partial-${gone}-89abcdef.key.old`,
+    ];
+    for (const name of [...leftovers, ...kept]) writeFileSync(join(dir, name), "left by a killed backup");
+    mkdirSync(join(dir, `copy.db.partial-${gone}-deadbeef`)); // a folder is never ours
+    kept.push(`copy.db.partial-${gone}-deadbeef`);
+    ageFiles(dir, "copy.db.partial-");
+    const recently = new Date();
+    utimesSync(join(dir, `copy.db.partial-${gone}-4567cdef`), recently, recently);
 
     const backup = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
     expect(await backup.exited).toEqual({ code: 0, signal: null });
-    expect(readdirSync(dir).filter((name) => name.startsWith("copy.db")).sort()).toEqual(["copy.db", "copy.db.key", live]);
+    expect(readdirSync(dir).filter((name) => name.startsWith("copy.db")).sort()).toEqual(["copy.db", "copy.db.key", ...kept].sort());
   });
 
   it("a key by the copy's name that is not this database's key is still refused", async () => {

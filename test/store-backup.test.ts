@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { existsSync, readdirSync, renameSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, renameSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
@@ -100,19 +100,22 @@ describe("accessd backup", () => {
     const copy = join(dir, "copy.db");
     const killed = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
     track(killed);
-    const partial = `${copy}.partial-${killed.child.pid}`;
+    const partial = `copy.db.partial-${killed.child.pid}-`;
     const deadline = Date.now() + 20_000;
-    const started = () => existsSync(partial) || existsSync(copy);
+    const started = () => readdirSync(dir).some((name) => name.startsWith(partial)) || existsSync(copy);
     while (!started() && killed.child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 2));
     killed.child.kill("SIGKILL");
     expect(await killed.exited).toEqual({ code: null, signal: "SIGKILL" });
     expect(existsSync(copy)).toBe(false);
     expect(existsSync(dataKeyFilePath(copy))).toBe(false);
 
+    // The next run, two minutes later, removes what the killed one left (its partial copy and
+    // journal: a file changed in the last minute could be another namespace's backup at work).
+    const then = new Date(Date.now() - 120_000);
+    for (const name of readdirSync(dir).filter((n) => n.startsWith(partial))) utimesSync(join(dir, name), then, then);
     const again = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
     track(again);
     expect(await again.exited).toEqual({ code: 0, signal: null });
-    // The second run removed what the killed one left (its partial copy and journal) and its own.
     const leftovers = readdirSync(dir).filter((name) => name.startsWith("copy.db"));
     expect(leftovers.sort()).toEqual([basename(copy), basename(dataKeyFilePath(copy))]);
     const copied = new BetterSqlite3(copy, { readonly: true });

@@ -86,7 +86,9 @@ export function backupDatabase(databasePath: string, destination: string, option
     }
     const copy = new BetterSqlite3(partial, { readonly: true, fileMustExist: true });
     try {
-      if (!keyOpens(copy, options.dataKey ?? partialKey)) {
+      // Against the key that will stand beside the copy: one left by its name was compared with
+      // the key file before the copy was taken, and a rotation may have committed since.
+      if (!keyOpens(copy, options.dataKey ?? (keyCopyInPlace ? keyCopy : partialKey))) {
         const kept = keyFile === undefined ? "ACCESSD_DATA_KEY" : `the key copied from ${keyFile}`;
         throw new Error(
           `the copy of ${databasePath} does not open with ${kept}: the data key changed while the backup ran ` +

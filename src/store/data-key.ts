@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, constants, copyFileSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
 import { makeDatabaseFolder, type Database } from "./database.js";
@@ -147,6 +147,7 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
 
 function readOrCreateKeyFile(path: string): Buffer {
   makeDatabaseFolder(path); // the key file sits beside the database
+  if (existsSync(path)) return readKeyFile(path); // writing one aside first would need free space
   try {
     writeNewKeyFile(path, randomBytes(32));
   } catch (e) {
@@ -177,11 +178,27 @@ export function writeNewKeyFile(path: string, key: Buffer): void {
     } finally {
       closeSync(fd);
     }
-    linkSync(temporary, path); // never replaces a file: EEXIST when another process made it first
+    linkTo(temporary, path);
   } finally {
     rmSync(temporary, { force: true });
   }
   fsyncPath(dirname(path));
+}
+
+/**
+ * Gives `file` the name `path` as well, never replacing a file there (EEXIST when another process
+ * made it first). On a file system without hard links, an exclusive copy instead (the name then
+ * exists, briefly, before its content: the window the link closes elsewhere).
+ */
+function linkTo(file: string, path: string): void {
+  try {
+    linkSync(file, path);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP" && code !== "ENOSYS") throw e;
+    copyFileSync(file, path, constants.COPYFILE_EXCL);
+    fsyncPath(path);
+  }
 }
 
 /** The 32-byte key a key file holds (base64url); ConfigError, naming the file, for anything else. */
