@@ -256,7 +256,7 @@ describe("/openapi.json", () => {
     expect(Object.keys(list ?? {})).toEqual(["list", "nextPageToken"]);
   });
 
-  it("marks readOnly exactly the fields the server sets and ignores in a request (field_behavior OUTPUT_ONLY)", () => {
+  it("marks readOnly exactly the fields a REST body never sets (field_behavior OUTPUT_ONLY, and IDENTIFIER: the path carries ids)", () => {
     const readOnly = (type: string) =>
       Object.entries(served.components.schemas[type]?.properties ?? {})
         .filter(([, schema]) => (schema as { readOnly?: boolean }).readOnly === true)

@@ -89,10 +89,10 @@ export class SchemaCollector {
 
   /**
    * An inline object schema of the message's fields that `include` keeps (path-bound fields left
-   * out), after `google.api.field_behavior` in the protos: OUTPUT_ONLY fields are `readOnly` (the
-   * server sets them and ignores them in a request, so a generated client leaves them out of its
-   * request types), REQUIRED ones `required` (the server refuses a request without them with a
-   * 400 naming the field).
+   * out), after `google.api.field_behavior` in the protos: OUTPUT_ONLY and IDENTIFIER fields are
+   * `readOnly` (a REST body never sets them: the server sets the first, the path carries the
+   * second; a generated client leaves them out of its request types), REQUIRED ones `required`
+   * (the server refuses a request without them with a 400 naming the field).
    */
   objectSchema(message: DescMessage, include: (field: DescField) => boolean): Schema {
     const properties: Record<string, Schema> = {};
@@ -100,7 +100,7 @@ export class SchemaCollector {
     for (const field of message.fields) {
       if (!include(field)) continue;
       const schema = this.fieldSchema(field);
-      properties[field.jsonName] = isOutputOnly(field) ? { ...schema, readOnly: true } : schema;
+      properties[field.jsonName] = isReadOnlyOverRest(field) ? { ...schema, readOnly: true } : schema;
       if (isRequired(field)) required.push(field.jsonName);
     }
     return { type: "object", properties, ...(required.length > 0 ? { required } : {}), additionalProperties: false };
@@ -150,8 +150,13 @@ export class SchemaCollector {
   }
 }
 
-export function isOutputOnly(field: DescField): boolean {
-  return getOption(field, field_behavior).includes(FieldBehavior.OUTPUT_ONLY);
+/**
+ * Never read from a REST body: OUTPUT_ONLY fields the server sets, and IDENTIFIER ones (a
+ * resource's id), which an Update over gRPC and Connect must carry but REST takes from the path.
+ */
+export function isReadOnlyOverRest(field: DescField): boolean {
+  const behavior = getOption(field, field_behavior);
+  return behavior.includes(FieldBehavior.OUTPUT_ONLY) || behavior.includes(FieldBehavior.IDENTIFIER);
 }
 
 export function isRequired(field: DescField): boolean {
