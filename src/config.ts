@@ -303,7 +303,11 @@ function parseEventRetention(env: Env, name: string): number | undefined {
 
 /** A duration of at least 1h, or `forever` (undefined: executions are never deleted); unset, the default. */
 function parseExecutionRetention(env: Env, name: string): number | undefined {
-  if (read(env, name)?.toLowerCase() === "forever") return undefined;
+  const value = read(env, name);
+  if (value?.toLowerCase() === "forever") return undefined;
+  if (value !== undefined && !/^\d+(ms|s|m|h|d)$/.test(value)) {
+    throw new ConfigError(name, `"${value}" is neither a duration of at least 1h (such as 30d or 90d) nor forever`);
+  }
   const ms = parseDuration(env, name) ?? configDefaults.executionRetentionMs;
   if (ms !== undefined && ms < 3_600_000) throw new ConfigError(name, "must be at least 1h, or forever");
   return ms;

@@ -28,7 +28,7 @@ import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
-import { startHousekeeping } from "./jobs/housekeeping.js";
+import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
 import { checkDataKey, holdsSealedSecrets, keyFileModeOpenToOthers, resolveDataKey } from "./store/data-key.js";
 import { createWebhooks } from "./webhooks/index.js";
 
@@ -44,6 +44,8 @@ export interface Accessd {
   rpcs: readonly DescMethod[];
   /** The Prometheus metrics served at /metrics. */
   metrics: Metrics;
+  /** The expiry job (tests run a pass with `housekeeping.runOnce()`). */
+  housekeeping: Housekeeping;
   /** Graceful stop: drain requests, close the store. Safe to call twice. */
   close(): Promise<void>;
 }
@@ -85,7 +87,10 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const clock = options.clock ?? systemClock;
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
-  metrics.observeExecutionsByState(reusedWhenSlow(() => store.executions.countByState()));
+  // One read for both (reused alike when slow): the finished totals stay consistent with the counts.
+  const executionCounts = reusedWhenSlow(() => store.executions.countsWithFinishedTotals());
+  metrics.observeExecutionsByState(() => executionCounts().stored);
+  metrics.observeExecutionsFinished(() => executionCounts().finished);
   metrics.observeQueueDepth(reusedWhenSlow(() => store.executions.countUnfinished()));
   metrics.observeDroppedLogLines(() => droppedLogLines(log));
   const programs = new ProgramCache();
@@ -209,6 +214,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     worker,
     rpcs,
     metrics,
+    housekeeping,
     close() {
       closing ??= (async () => {
         shutdown.abort();

@@ -115,6 +115,9 @@ describe("limits of the durations", () => {
     expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "365d" }).executionRetentionMs).toBe(365 * 86_400_000);
     expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "forever" }).executionRetentionMs).toBeUndefined();
     expect(loadConfig({ ACCESSD_EXECUTION_RETENTION: "Forever" }).executionRetentionMs).toBeUndefined();
+    for (const value of ["never", "off", "0"]) {
+      expect(() => loadConfig({ ACCESSD_EXECUTION_RETENTION: value })).toThrow(`"${value}" is neither a duration of at least 1h (such as 30d or 90d) nor forever`);
+    }
   });
 });
 

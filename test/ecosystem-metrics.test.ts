@@ -4,6 +4,7 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
+import { ManualClock } from "../src/clock.js";
 import { reusedWhenSlow } from "../src/main.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
@@ -192,6 +193,40 @@ describe("/metrics as webhooks and executions move", () => {
       expect(sample(drained, "accessd_automation_executions", { state: "SUCCEEDED" })).toBe(3);
     } finally {
       await slow.close();
+    }
+  });
+});
+
+describe("/metrics as the retention deletes executions", () => {
+  it("lowers accessd_automation_executions but not accessd_automation_executions_finished_total", async () => {
+    const hour = 3_600_000;
+    const clock = new ManualClock(Date.now());
+    const own = await startTestServer({ executionRetentionMs: hour, tokenTtlMs: 24 * hour }, { clock });
+    try {
+      const created = await own.call("POST", "/api/v1/automations", {
+        displayName: "kept an hour",
+        trigger: { manual: {} },
+        steps: [{ name: "note", log: { messageCel: "'ran'" } }],
+      });
+      const { automation } = (await created.json()) as { automation: { id: string } };
+      const execute = async () => {
+        const res = await own.call("POST", `/api/v1/automations/${automation.id}/execute`, { context: {} });
+        const id = ((await res.json()) as { execution: { id: string } }).execution.id;
+        await expect.poll(() => executionState(own, id), { timeout: 10_000, interval: 20 }).toBe("SUCCEEDED");
+      };
+      for (let i = 0; i < 3; i++) await execute();
+      const counts = async () => {
+        const text = await scrape(own);
+        return [sample(text, "accessd_automation_executions", { state: "SUCCEEDED" }), sample(text, "accessd_automation_executions_finished_total", { state: "SUCCEEDED" })];
+      };
+      expect(await counts()).toEqual([3, 3]);
+      clock.advance(2 * hour);
+      expect((await own.housekeeping.runOnce()).executions).toBe(3);
+      expect(await counts()).toEqual([0, 3]);
+      await execute();
+      expect(await counts()).toEqual([1, 4]);
+    } finally {
+      await own.close();
     }
   });
 });

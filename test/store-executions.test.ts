@@ -108,20 +108,30 @@ const stepRecordCount = (store: Store): number =>
   store.db.prepare<[], number>("SELECT COUNT(*) FROM automation_step_executions").pluck().get() ?? 0;
 
 /** ACCESSD_EXECUTION_RETENTION: the automations' history does not grow for good. */
-describe("ExecutionsRepository.deleteFinishedCreatedBefore", () => {
+describe("ExecutionsRepository.deleteFinishedBefore", () => {
   it("deletes finished executions created before the time, with their step records, and never an unfinished one", () => {
     const { store, automationId } = storeWithAutomation();
     const now = 100 * day;
     const old = executionsAt(store, automationId, now - 31 * day, ["SUCCEEDED", "FAILED", "PENDING", "RUNNING", "SUCCEEDED"]);
     const recent = executionsAt(store, automationId, now - 29 * day, ["SUCCEEDED", "FAILED", "PENDING"]);
     expect(stepRecordCount(store)).toBe(5);
-    expect(store.executions.deleteFinishedCreatedBefore(now - 30 * day, 2)).toBe(2);
-    expect(store.executions.deleteFinishedCreatedBefore(now - 30 * day, 2)).toBe(1);
-    expect(store.executions.deleteFinishedCreatedBefore(now - 30 * day, 2)).toBe(0);
+    expect(store.executions.deleteFinishedBefore(now - 30 * day, 2)).toBe(2);
+    expect(store.executions.deleteFinishedBefore(now - 30 * day, 2)).toBe(1);
+    expect(store.executions.deleteFinishedBefore(now - 30 * day, 2)).toBe(0);
     const left = store.executions.listAfter({ automationId: "", state: undefined }, undefined, 100).map((e) => e.id);
     expect(left).toEqual([old[2], old[3], ...recent]);
     expect(store.executions.get(old[0] ?? "")).toBeUndefined();
     expect(stepRecordCount(store)).toBe(2); // the recent finished ones'
+  });
+
+  it("keeps an execution that waited in the queue past the retention until a retention after it finished", () => {
+    const { store, automationId } = storeWithAutomation();
+    const now = 100 * day;
+    const [waited] = executionsAt(store, automationId, now - 31 * day, ["PENDING"]);
+    store.transaction(() => store.executions.finish(waited ?? "", "SUCCEEDED", "", now - day));
+    expect(store.executions.deleteFinishedBefore(now - 30 * day, 10)).toBe(0);
+    expect(store.executions.get(waited ?? "")?.state).toBe("SUCCEEDED");
+    expect(store.executions.deleteFinishedBefore(now + 30 * day, 10)).toBe(1);
   });
 
   it("keeps countByState exact across deletions, inside a transaction or not", () => {
@@ -134,12 +144,12 @@ describe("ExecutionsRepository.deleteFinishedCreatedBefore", () => {
         // Rolled back: nothing deleted, nothing subtracted.
         expect(() =>
           store.transaction(() => {
-            expect(store.executions.deleteFinishedCreatedBefore(d * day, 2)).toBeGreaterThan(0);
+            expect(store.executions.deleteFinishedBefore(d * day, 2)).toBeGreaterThan(0);
             throw new Error("roll back");
           }),
         ).toThrow("roll back");
       } else {
-        store.executions.deleteFinishedCreatedBefore(d * day, 2);
+        store.executions.deleteFinishedBefore(d * day, 2);
       }
       expect(store.executions.countByState()).toEqual(countedFromScratch(store));
       // And what was settled before the deletions moves on correctly.
@@ -151,27 +161,22 @@ describe("ExecutionsRepository.deleteFinishedCreatedBefore", () => {
 });
 
 describe("housekeeping of executions", () => {
-  it("deletes finished executions past ACCESSD_EXECUTION_RETENTION in chunks, turning the event loop between them", async () => {
+  it("deletes finished executions past ACCESSD_EXECUTION_RETENTION in chunks, turning the event loop between them, and says how many", async () => {
     const { store, automationId } = storeWithAutomation();
     const clock = new ManualClock(40 * day);
-    const log = createLogger("silent");
+    const recent = executionsAt(store, automationId, 39 * day, ["SUCCEEDED", "FAILED"]);
+    const lines: string[] = [];
+    const log = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => (lines.push(chunk.toString()), done()) }));
+    const keeping = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: undefined });
+    const job = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: 30 * day });
+    await Promise.all([keeping.firstPass, job.firstPass]);
+
+    // Three chunks of old executions, one in seven of them unfinished.
     const states = Array.from({ length: 2 * executionChunkRows + 10 }, (_, i): ExecutionState => (i % 7 === 0 ? "PENDING" : "SUCCEEDED"));
     const old = executionsAt(store, automationId, 5 * day, states);
-    const recent = executionsAt(store, automationId, 39 * day, ["SUCCEEDED", "FAILED"]);
-    const keeping = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: undefined });
-    expect((await keeping.firstPass, await keeping.runOnce()).executions).toBe(0);
-    keeping.stop();
-    const lines: string[] = [];
-    const collected = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => (lines.push(chunk.toString()), done()) }));
-    const job = startHousekeeping({ store, clock, log: collected, eventRetentionMs: day, executionRetentionMs: 30 * day });
-    await job.firstPass;
-    await until("the log line is written", () => lines.join("").includes("older than ACCESSD_EXECUTION_RETENTION"), 5_000);
-    const said = JSON.parse(lines.join("").split("\n").find((line) => line.includes("ACCESSD_EXECUTION_RETENTION")) ?? "{}") as Record<string, unknown>;
-    expect(said).toMatchObject({ level: 30, deleted: old.length - old.filter((_, i) => states[i] === "PENDING").length, createdBefore: new Date(10 * day).toISOString() });
     const unfinishedOld = old.filter((_, i) => states[i] === "PENDING");
-    expect(store.executions.listAfter({ automationId: "", state: undefined }, undefined, 1000).map((e) => e.id)).toEqual([...unfinishedOld, ...recent]);
-    expect((await job.runOnce()).executions).toBe(0);
-    executionsAt(store, automationId, 5 * day + 1, ["SUCCEEDED", "FAILED", "SUCCEEDED"]);
+    expect((await keeping.runOnce()).executions).toBe(0); // forever: nothing goes
+    keeping.stop();
     let turns = 0;
     let counting = true;
     const count = () => {
@@ -180,10 +185,18 @@ describe("housekeeping of executions", () => {
       setImmediate(count);
     };
     setImmediate(count);
-    expect((await job.runOnce()).executions).toBe(3);
+    expect((await job.runOnce()).executions).toBe(old.length - unfinishedOld.length);
     counting = false;
-    expect(turns).toBeGreaterThanOrEqual(1);
+    expect(turns).toBeGreaterThanOrEqual(3); // a turn after each chunk
+    expect(store.executions.listAfter({ automationId: "", state: undefined }, undefined, 1000).map((e) => e.id)).toEqual([...unfinishedOld, ...recent]);
     expect(store.executions.countByState()).toEqual(countedFromScratch(store));
+    expect((await job.runOnce()).executions).toBe(0);
+
+    await until("the log line is written", () => lines.join("").includes("older than ACCESSD_EXECUTION_RETENTION"), 5_000);
+    const said = lines.join("").split("\n").filter((line) => line.includes("ACCESSD_EXECUTION_RETENTION"));
+    expect(said.map((line) => JSON.parse(line) as Record<string, unknown>)).toEqual([
+      expect.objectContaining({ level: 30, deleted: old.length - unfinishedOld.length, createdBefore: new Date(10 * day).toISOString() }),
+    ]);
     job.stop();
   });
 });

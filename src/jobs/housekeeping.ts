@@ -103,9 +103,9 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
     }
     if (executionRetentionMs !== undefined) {
       // One DELETE statement a chunk, its own transaction, so the executions' counts for /metrics
-      // are corrected knowing it committed (ExecutionsRepository.deleteFinishedCreatedBefore).
+      // are corrected knowing it committed (ExecutionsRepository.deleteFinishedBefore).
       const createdBefore = now - executionRetentionMs;
-      const deleteChunk = () => store.executions.deleteFinishedCreatedBefore(createdBefore, executionChunkRows);
+      const deleteChunk = () => store.executions.deleteFinishedBefore(createdBefore, executionChunkRows);
       result.executions = await inChunks(deleteChunk, executionChunkRows, false);
       // History that the API no longer shows: said where an operator reads (the first pass after
       // an upgrade from a build that kept every execution may delete months of it).

@@ -29,6 +29,7 @@ export class Metrics {
   private readonly duration: Histogram<"protocol" | "operation">;
   private readonly webhookVerdicts: Counter<"reason" | "status">;
   private executionsByStateSource: (() => Readonly<Record<string, number>>) | undefined;
+  private executionsFinishedSource: (() => Readonly<Record<string, number>>) | undefined;
   private queueDepthSource: (() => number) | undefined;
   private droppedLogLinesSource: (() => number) | undefined;
 
@@ -63,6 +64,17 @@ export class Metrics {
         this.reset();
         const counts = self.executionsByStateSource?.() ?? {};
         for (const [state, count] of Object.entries(counts)) this.set({ state }, count);
+      },
+    });
+    new Counter({
+      name: "accessd_automation_executions_finished_total",
+      help: "Automation executions that ended SUCCEEDED or FAILED: those stored, plus those the retention (ACCESSD_EXECUTION_RETENTION) deleted since the process started.",
+      labelNames: ["state"],
+      registers,
+      collect() {
+        this.reset();
+        const totals = self.executionsFinishedSource?.() ?? {};
+        for (const [state, count] of Object.entries(totals)) this.inc({ state }, count);
       },
     });
     new Gauge({
@@ -100,6 +112,11 @@ export class Metrics {
   /** Where scrapes read the stored executions per state (e.g. a COUNT ... GROUP BY state query). */
   observeExecutionsByState(source: () => Readonly<Record<string, number>>): void {
     this.executionsByStateSource = source;
+  }
+
+  /** Where scrapes read how many executions have finished in each state (a count that only grows). */
+  observeExecutionsFinished(source: () => Readonly<Record<string, number>>): void {
+    this.executionsFinishedSource = source;
   }
 
   /** Where scrapes read the number of executions waiting or running. */

@@ -8,5 +8,11 @@ import { fileURLToPath } from "node:url";
  */
 export default function buildDist(): void {
   const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
-  execFileSync(`${repoRoot}node_modules/.bin/tsc`, ["-p", "tsconfig.build.json"], { cwd: repoRoot, stdio: "inherit" });
+  try {
+    execFileSync(`${repoRoot}node_modules/.bin/tsc`, ["-p", "tsconfig.build.json"], { cwd: repoRoot, stdio: "inherit" });
+  } catch {
+    // A type error: tsc has still written dist/ (no noEmitOnError), and the tests run, so one
+    // error mid-edit does not hide every result. `npm run typecheck` (and CI) report it.
+    console.warn("build-dist: tsc reported errors (above); the tests run on what it emitted");
+  }
 }
