@@ -4,6 +4,7 @@ import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { applyMigrations, NewerSchemaError } from "../src/store/database.js";
+import { deliveryLogByAutomation, finishedOnlyStateIndexes } from "../src/store/migrations/005-lean-write-indexes.js";
 import { migrations } from "../src/store/migrations/index.js";
 import { Store } from "../src/store/store.js";
 
@@ -59,42 +60,12 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
 /**
  * Migration 005 as builds of 6cd089c and aa18e2b shipped it (recorded as version 5 like the final
  * one): the first changed the executions' indexes and dropped the delivery log's time index only,
- * the second also rebuilt the delivery log, and neither the event records.
+ * the second also rebuilt the delivery log (the same text as the final 005's first two parts),
+ * and neither the event records.
  */
 const early005: Record<string, string> = {
-  "6cd089c": `
-DROP INDEX automation_executions_by_state;
-DROP INDEX automation_executions_by_automation_state;
-CREATE INDEX automation_executions_finished_by_state ON automation_executions (state, id)
-  WHERE state IN ('SUCCEEDED', 'FAILED');
-CREATE INDEX automation_executions_finished_by_automation_state ON automation_executions (automation_id, state, id)
-  WHERE state IN ('SUCCEEDED', 'FAILED');
-DROP INDEX webhook_deliveries_by_time;
-`,
-  aa18e2b: `
-DROP INDEX automation_executions_by_state;
-DROP INDEX automation_executions_by_automation_state;
-CREATE INDEX automation_executions_finished_by_state ON automation_executions (state, id)
-  WHERE state IN ('SUCCEEDED', 'FAILED');
-CREATE INDEX automation_executions_finished_by_automation_state ON automation_executions (automation_id, state, id)
-  WHERE state IN ('SUCCEEDED', 'FAILED');
-CREATE TABLE webhook_deliveries_v5 (
-  automation_id TEXT NOT NULL,
-  id TEXT NOT NULL,
-  event_id TEXT NOT NULL,
-  status INTEGER NOT NULL,
-  reason TEXT NOT NULL,
-  source_ip TEXT NOT NULL,
-  size_bytes INTEGER NOT NULL,
-  received_at INTEGER NOT NULL,
-  execution_id TEXT NOT NULL,
-  PRIMARY KEY (automation_id, id)
-) STRICT, WITHOUT ROWID;
-INSERT INTO webhook_deliveries_v5
-  SELECT automation_id, id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id FROM webhook_deliveries;
-DROP TABLE webhook_deliveries;
-ALTER TABLE webhook_deliveries_v5 RENAME TO webhook_deliveries;
-`,
+  "6cd089c": `${finishedOnlyStateIndexes}DROP INDEX webhook_deliveries_by_time;\n`,
+  aa18e2b: `${finishedOnlyStateIndexes}${deliveryLogByAutomation.slice(1)}`,
 };
 
 describe("migration 008 (migration 005 finished on databases an early build of it migrated)", () => {
