@@ -30,7 +30,7 @@ export interface Config {
   jwksAllowHttp: boolean;
   /** How long webhook event records (idempotency) are kept, in milliseconds. */
   eventRetentionMs: number;
-  /** How long finished executions (and their step records) are kept, by creation time, in milliseconds; undefined: for good. */
+  /** How long finished executions (and their step records) are kept after they were created and finished, in milliseconds; undefined: for good. */
   executionRetentionMs: number | undefined;
   /** 32-byte key encrypting webhook secrets at rest; undefined: a key file beside the database. */
   dataKey: Buffer | undefined;

@@ -195,7 +195,7 @@ describe("housekeeping of executions", () => {
     await until("the log line is written", () => lines.join("").includes("older than ACCESSD_EXECUTION_RETENTION"), 5_000);
     const said = lines.join("").split("\n").filter((line) => line.includes("ACCESSD_EXECUTION_RETENTION"));
     expect(said.map((line) => JSON.parse(line) as Record<string, unknown>)).toEqual([
-      expect.objectContaining({ level: 30, deleted: old.length - unfinishedOld.length, createdBefore: new Date(10 * day).toISOString() }),
+      expect.objectContaining({ level: 30, deleted: old.length - unfinishedOld.length, before: new Date(10 * day).toISOString() }),
     ]);
     job.stop();
   });

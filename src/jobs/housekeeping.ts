@@ -10,7 +10,7 @@ export interface HousekeepingOptions {
   log: Logger;
   /** ACCESSD_EVENT_RETENTION: event records (and delivery-log entries) older than this go. */
   eventRetentionMs: number;
-  /** ACCESSD_EXECUTION_RETENTION: finished executions created longer ago than this go; undefined keeps them. */
+  /** ACCESSD_EXECUTION_RETENTION: executions created and finished longer ago than this go; undefined keeps them. */
   executionRetentionMs?: number | undefined;
   /** The delivery log keeps at most this many entries per automation. */
   deliveriesPerAutomation?: number;
@@ -55,9 +55,8 @@ export const executionChunkRows = 64;
  * log, deletes finished executions past their own retention and drops rotated-out secrets past
  * their grace period. Runs once at start, then on schedule. Deletes go in chunks of
  * `housekeepingChunkRows` (executions: `executionChunkRows`), each its own transaction, with a
- * turn of the event loop between them:
- * a busy listener's ten minutes of deliveries are millions of rows, and one transaction over them
- * would stop every request for seconds.
+ * turn of the event loop between them: a busy listener's ten minutes of deliveries are millions
+ * of rows, and one transaction over them would stop every request for seconds.
  */
 export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
   const { store, clock, log, eventRetentionMs, executionRetentionMs } = options;
@@ -104,14 +103,14 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
     if (executionRetentionMs !== undefined) {
       // One DELETE statement a chunk, its own transaction, so the executions' counts for /metrics
       // are corrected knowing it committed (ExecutionsRepository.deleteFinishedBefore).
-      const createdBefore = now - executionRetentionMs;
-      const deleteChunk = () => store.executions.deleteFinishedBefore(createdBefore, executionChunkRows);
+      const before = now - executionRetentionMs;
+      const deleteChunk = () => store.executions.deleteFinishedBefore(before, executionChunkRows);
       result.executions = await inChunks(deleteChunk, executionChunkRows, false);
       // History that the API no longer shows: said where an operator reads (the first pass after
       // an upgrade from a build that kept every execution may delete months of it).
       if (result.executions > 0) {
         log.info(
-          { deleted: result.executions, createdBefore: new Date(createdBefore).toISOString() },
+          { deleted: result.executions, before: new Date(before).toISOString() },
           "deleted finished executions older than ACCESSD_EXECUTION_RETENTION",
         );
       }

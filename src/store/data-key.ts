@@ -170,7 +170,7 @@ export function writeNewKeyFile(path: string, key: Buffer): void {
   removeLeftovers(path, "writing");
   const temporary = temporaryName(path, "writing");
   try {
-    const fd = openSync(temporary, "w", 0o600);
+    const fd = openSync(temporary, "wx", 0o600); // a new file: never one planted by the name
     try {
       writeSync(fd, `${key.toString("base64url")}\n`);
       chmodSync(temporary, 0o600);
