@@ -199,10 +199,13 @@ function parseLogLevel(env: Env, name: string): LogLevel | undefined {
 const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** Durations are written `500ms`, `30s`, `15m`, `1h`, `7d`; the result is in milliseconds. */
+/** `30s`, `15m`, `1h`, `7d`, `500ms`: a whole number and a unit. */
+const durationPattern = /^(\d+)(ms|s|m|h|d)$/;
+
 export function parseDuration(env: Env, name: string): number | undefined {
   const value = read(env, name);
   if (value === undefined) return undefined;
-  const match = /^(\d+)(ms|s|m|h|d)$/.exec(value);
+  const match = durationPattern.exec(value);
   const unit = match?.[2];
   if (match === null || unit === undefined) {
     throw new ConfigError(name, `"${value}" is not a duration such as 30s, 15m, 1h or 7d`);
@@ -305,7 +308,7 @@ function parseEventRetention(env: Env, name: string): number | undefined {
 function parseExecutionRetention(env: Env, name: string): number | undefined {
   const value = read(env, name);
   if (value?.toLowerCase() === "forever") return undefined;
-  if (value !== undefined && !/^\d+(ms|s|m|h|d)$/.test(value)) {
+  if (value !== undefined && !durationPattern.test(value)) {
     throw new ConfigError(name, `"${value}" is neither a duration of at least 1h (such as 30d or 90d) nor forever`);
   }
   const ms = parseDuration(env, name) ?? configDefaults.executionRetentionMs;
