@@ -107,6 +107,18 @@ describe("resolveDataKey", () => {
     }
   });
 
+  it("replaces an empty key file while the database holds nothing sealed (a first start killed as it made the file), and refuses it otherwise", () => {
+    const db = tempDatabase();
+    writeFileSync(dataKeyFilePath(db), "", { mode: 0o600 });
+    expect(() => resolveDataKey(undefined, db, { holdsSealedSecrets: true })).toThrow(
+      /key file .* is empty while the database holds secrets sealed with a key: restore the key file/,
+    );
+    expect(statSync(dataKeyFilePath(db)).size).toBe(0);
+    const { cipher } = resolveDataKey(undefined, db, { holdsSealedSecrets: false });
+    const fromFile = new SecretCipher(Buffer.from(readFileSync(dataKeyFilePath(db), "utf8").trim(), "base64url"));
+    expect(fromFile.opens(cipher.seal(Buffer.from("x"), "t"), "t")).toBe(true);
+  });
+
   it("creates no key file for a database that holds sealed secrets", () => {
     const db = tempDatabase();
     expect(() => resolveDataKey(undefined, db, { holdsSealedSecrets: true })).toThrow(ConfigError);

@@ -115,9 +115,10 @@ describe.skipIf(!hasStrace)("a data key rotation while a backup runs", () => {
     await (await startTestServer({ database })).close();
     const copy = join(dir, "copy.db");
     copyFileSync(dataKeyFilePath(database), dataKeyFilePath(copy)); // what a backup killed between its links left
-    // Held for 4 s as it opens the database, after it took the key by the copy's name as its own.
-    const backup = heldAt(database, "openat", ["backup", copy], { ACCESSD_DATABASE: database }, 4);
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    // Held for 8 s as it opens the database, after it took the key by the copy's name as its own;
+    // the rotation runs meanwhile (the held process is there within 2 s, the rotation takes 1-3).
+    const backup = heldAt(database, "openat", ["backup", copy], { ACCESSD_DATABASE: database }, 8);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
     const rotate = track(spawnCli(["rotate-data-key"], { ACCESSD_DATABASE: database }));
     expect((await rotate.exited).code).toBe(0);
     const code = await backup.exited;

@@ -134,29 +134,38 @@ describe("ExecutionsRepository.deleteFinishedBefore", () => {
     expect(store.executions.deleteFinishedBefore(now + 30 * day, 10)).toBe(1);
   });
 
-  it("keeps countByState exact across deletions, inside a transaction or not", () => {
+  it("keeps countByState exact across deletions, and runs outside a transaction only (its count corrections assume it committed)", () => {
     const { store, automationId } = storeWithAutomation();
     for (let d = 0; d < 10; d++) executionsAt(store, automationId, d * day, ["SUCCEEDED", "FAILED", "SUCCEEDED", d === 3 ? "RUNNING" : "SUCCEEDED"]);
     executionsAt(store, automationId, 10 * day, ["PENDING", "SUCCEEDED"]);
     expect(store.executions.countByState()).toEqual(countedFromScratch(store)); // settles what it can
     for (let d = 1; d <= 11; d++) {
-      if (d % 3 === 0) {
-        // Rolled back: nothing deleted, nothing subtracted.
-        expect(() =>
-          store.transaction(() => {
-            expect(store.executions.deleteFinishedBefore(d * day, 2)).toBeGreaterThan(0);
-            throw new Error("roll back");
-          }),
-        ).toThrow("roll back");
-      } else {
-        store.executions.deleteFinishedBefore(d * day, 2);
-      }
+      store.executions.deleteFinishedBefore(d * day, 2);
       expect(store.executions.countByState()).toEqual(countedFromScratch(store));
       // And what was settled before the deletions moves on correctly.
       executionsAt(store, automationId, (10 + d) * day, ["SUCCEEDED"]);
       expect(store.executions.countByState()).toEqual(countedFromScratch(store));
     }
     expect(countedFromScratch(store).RUNNING).toBe(1); // the old RUNNING one is still there
+    const before = countedFromScratch(store);
+    expect(() => store.transaction(() => store.executions.deleteFinishedBefore(30 * day, 2))).toThrow("outside a transaction");
+    expect(countedFromScratch(store)).toEqual(before);
+  });
+
+  it("counts finishes since a start: deletions do not lower the count, and it starts at 0", () => {
+    const { store, automationId } = storeWithAutomation();
+    executionsAt(store, automationId, day, ["SUCCEEDED", "FAILED", "PENDING"]);
+    const atStart = store.executions.countByState();
+    expect(store.executions.countsWithFinishedTotals(atStart).finished).toEqual({ SUCCEEDED: 0, FAILED: 0 });
+    const [pending] = store.executions.listAfter({ automationId: "", state: "PENDING" }, undefined, 1);
+    store.transaction(() => store.executions.finish(pending?.id ?? "", "SUCCEEDED", "", day));
+    executionsAt(store, automationId, 2 * day, ["FAILED"]);
+    expect(store.executions.countsWithFinishedTotals(atStart).finished).toEqual({ SUCCEEDED: 1, FAILED: 1 });
+    expect(store.executions.deleteFinishedBefore(3 * day, 10)).toBe(4);
+    expect(store.executions.countsWithFinishedTotals(atStart)).toEqual({
+      stored: { PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0 },
+      finished: { SUCCEEDED: 1, FAILED: 1 },
+    });
   });
 });
 
@@ -171,8 +180,8 @@ describe("housekeeping of executions", () => {
     const job = startHousekeeping({ store, clock, log, eventRetentionMs: day, executionRetentionMs: 30 * day });
     await Promise.all([keeping.firstPass, job.firstPass]);
 
-    // Three chunks of old executions, one in seven of them unfinished.
-    const states = Array.from({ length: 2 * executionChunkRows + 10 }, (_, i): ExecutionState => (i % 7 === 0 ? "PENDING" : "SUCCEEDED"));
+    // Three chunks of old finished executions, and one in seven of them unfinished.
+    const states = Array.from({ length: 3 * executionChunkRows + 10 }, (_, i): ExecutionState => (i % 7 === 0 ? "PENDING" : "SUCCEEDED"));
     const old = executionsAt(store, automationId, 5 * day, states);
     const unfinishedOld = old.filter((_, i) => states[i] === "PENDING");
     expect((await keeping.runOnce()).executions).toBe(0); // forever: nothing goes

@@ -68,7 +68,7 @@ export class Metrics {
     });
     new Counter({
       name: "accessd_automation_executions_finished_total",
-      help: "Automation executions that ended SUCCEEDED or FAILED: those stored, plus those the retention (ACCESSD_EXECUTION_RETENTION) deleted since the process started.",
+      help: "Automation executions that ended SUCCEEDED or FAILED since the process started (the retention, ACCESSD_EXECUTION_RETENTION, does not lower it).",
       labelNames: ["state"],
       registers,
       collect() {

@@ -1,4 +1,4 @@
-import { chmodSync, copyFileSync, existsSync, linkSync, readFileSync, rmSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, readFileSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { ConfigError } from "../config.js";
@@ -6,6 +6,7 @@ import { dataKeyFilePath, nextKeyFilePath, readKeyFile, sealedSample } from "./d
 import { createOwnerOnly } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
 import { removeLeftovers, temporaryName } from "./leftover-files.js";
+import { publishNewFile } from "./publish-file.js";
 import { SecretCipher } from "./secret-cipher.js";
 import { DatabaseOpenError, refuseNonFileDatabase } from "./store.js";
 
@@ -25,7 +26,7 @@ export interface BackupResult {
  * backup API would restart from the first page on every write of the server, so under steady load
  * it might never finish. The copy and, unless the key is given as ACCESSD_DATA_KEY, the key file
  * (`<copy>.key`, mode 0600) are written under a temporary name, fsynced, and only then linked to
- * their names (a link never replaces an existing file): a backup that fails or is killed half-way
+ * their names (`publishNewFile`: a link never replaces an existing file): a backup that fails or is killed half-way
  * leaves no database file by the name an operator would restore from, and the next backup to that
  * name removes what it left (`removeLeftovers`; a key by the copy's name is kept if it is the key).
  *
@@ -99,8 +100,8 @@ export function backupDatabase(databasePath: string, destination: string, option
       copy.close();
     }
     // The key first: a database copy by its name always has its key beside it.
-    if (keyCopy !== undefined && !keyCopyInPlace) linkSync(partialKey, keyCopy);
-    linkSync(partial, destination);
+    if (keyCopy !== undefined && !keyCopyInPlace) publishNewFile(partialKey, keyCopy);
+    publishNewFile(partial, destination);
     fsyncPath(dirname(destination));
   } finally {
     rmSync(partial, { force: true });

@@ -1,10 +1,11 @@
 import { randomBytes } from "node:crypto";
-import { chmodSync, closeSync, constants, copyFileSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fsyncSync, openSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
 import { makeDatabaseFolder, type Database } from "./database.js";
 import { fsyncPath } from "./fsync-path.js";
 import { removeLeftovers, temporaryName } from "./leftover-files.js";
+import { publishNewFile } from "./publish-file.js";
 import { SecretCipher } from "./secret-cipher.js";
 import type { Store } from "./store.js";
 import { webhookSecretAssociatedData } from "./webhook-secrets-repository.js";
@@ -73,6 +74,10 @@ export function resolveDataKey(
         "restore the key file backed up with the database, or set ACCESSD_DATA_KEY to its key",
     );
   }
+  // An empty key file beside a database that holds nothing sealed is what a first start killed
+  // while it created the file left (builds before keys were written aside; a power cut): no
+  // secret was ever sealed under it, so a new key takes its place.
+  if (!database.holdsSealedSecrets && existsSync(path) && statSync(path).size === 0) rmSync(path);
   return {
     cipher: new SecretCipher(readOrCreateKeyFile(path)),
     source: `the key file ${path}`,
@@ -178,27 +183,11 @@ export function writeNewKeyFile(path: string, key: Buffer): void {
     } finally {
       closeSync(fd);
     }
-    linkTo(temporary, path);
+    publishNewFile(temporary, path); // EEXIST when another process made it first
   } finally {
     rmSync(temporary, { force: true });
   }
   fsyncPath(dirname(path));
-}
-
-/**
- * Gives `file` the name `path` as well, never replacing a file there (EEXIST when another process
- * made it first). On a file system without hard links, an exclusive copy instead (the name then
- * exists, briefly, before its content: the window the link closes elsewhere).
- */
-function linkTo(file: string, path: string): void {
-  try {
-    linkSync(file, path);
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    if (code !== "EPERM" && code !== "ENOTSUP" && code !== "EOPNOTSUPP" && code !== "ENOSYS") throw e;
-    copyFileSync(file, path, constants.COPYFILE_EXCL);
-    fsyncPath(path);
-  }
 }
 
 /** The 32-byte key a key file holds (base64url); ConfigError, naming the file, for anything else. */
@@ -209,8 +198,8 @@ export function readKeyFile(path: string): Buffer {
     throw new ConfigError(
       "ACCESSD_DATA_KEY",
       empty
-        ? `not set, and the key file ${path} is empty (a start stopped while it created the file, before this build wrote ` +
-            "key files whole): if the database has never served, delete the empty file and start again; otherwise restore the key from a backup"
+        ? `not set, and the key file ${path} is empty while the database holds secrets sealed with a key: ` +
+            "restore the key file backed up with the database, or set ACCESSD_DATA_KEY to its key"
         : `not set, and the key file ${path} does not hold a base64url 32-byte key`,
     );
   }

@@ -126,7 +126,7 @@ export class ExecutionsRepository {
    */
   private settled: { throughId: string; counts: Record<ExecutionState, number> } | undefined;
   private readonly countUnfinishedStmt;
-  /** Finished executions this process deleted (the retention), by state: what `finishedTotals` adds back. */
+  /** Finished executions this process deleted (the retention), by state: what `countsWithFinishedTotals` adds back. */
   private readonly deletedSinceStart = { SUCCEEDED: 0, FAILED: 0 };
 
   constructor(private readonly db: Database) {
@@ -354,17 +354,14 @@ export class ExecutionsRepository {
    * Deletes up to `limit` executions created and finished before `time` (ms; created by the time
    * in their UUIDv7 ids), with their step records; returns how many. Unfinished executions are
    * never deleted, however old, and one that waited in the queue longer than the retention is
-   * kept a retention after it finished, so its outcome can be read. Best called outside a
-   * transaction (the statement is then its own): the counts of `countByState` are corrected once
-   * the deletion is known to be committed.
+   * kept a retention after it finished, so its outcome can be read. Outside a transaction only
+   * (the statement is its own): the counts of `countByState` are corrected knowing it committed.
    */
   deleteFinishedBefore(time: number, limit: number): number {
+    // The statement is its own transaction, so what it deleted is committed when it returns, and
+    // the counts below can be corrected (a rollback of an outer transaction would undo them).
+    if (this.db.inTransaction) throw new Error("deleteFinishedBefore runs outside a transaction");
     const deleted = this.deleteFinishedBeforeStmt.all(idsCreatedBefore(time), time, limit);
-    if (deleted.length === 0) return 0;
-    if (this.db.inTransaction) {
-      this.settled = undefined; // a rollback would put them back: count again next time
-      return deleted.length;
-    }
     const settled = this.settled;
     for (const { id, state } of deleted) {
       if (state === "SUCCEEDED" || state === "FAILED") this.deletedSinceStart[state]++;
@@ -375,16 +372,19 @@ export class ExecutionsRepository {
 
   /**
    * The stored executions by state (`countByState`), and how many executions have finished in
-   * each of SUCCEEDED and FAILED: those stored plus those this process deleted since it started.
-   * The second only grows while the process runs (deletions do not lower it), so it can be a
-   * Prometheus counter, where the stored counts fall at every pass of the retention.
+   * each of SUCCEEDED and FAILED since `since` was counted (the `stored` of an earlier call, at the
+   * process's start): those stored now, plus those deleted since, less those stored then. It only
+   * grows (deletions do not lower it) and starts at 0, so it can be a Prometheus counter, where
+   * the stored counts fall at every pass of the retention and a restart would be taken for more
+   * finishes.
    */
-  countsWithFinishedTotals(): { stored: Record<ExecutionState, number>; finished: { SUCCEEDED: number; FAILED: number } } {
+  countsWithFinishedTotals(since: Readonly<Record<ExecutionState, number>>): {
+    stored: Record<ExecutionState, number>;
+    finished: { SUCCEEDED: number; FAILED: number };
+  } {
     const stored = this.countByState();
-    return {
-      stored,
-      finished: { SUCCEEDED: stored.SUCCEEDED + this.deletedSinceStart.SUCCEEDED, FAILED: stored.FAILED + this.deletedSinceStart.FAILED },
-    };
+    const finishedSince = (state: "SUCCEEDED" | "FAILED") => stored[state] + this.deletedSinceStart[state] - since[state];
+    return { stored, finished: { SUCCEEDED: finishedSince("SUCCEEDED"), FAILED: finishedSince("FAILED") } };
   }
 
   /** A page of executions in id order, without their triggers (ExecutionSummary). */

@@ -18,7 +18,7 @@ export const leftoverQuietMs = 60_000;
 /**
  * Deletes what processes that no longer run left of their temporary files for `path` (names made
  * by `temporaryName`, and those with `-journal` or `.key` after them); returns the names. A file
- * stays if its process still runs, if it changed in the last `leftoverQuietMs` (a process in
+ * stays if its process still runs (another than this one), if it changed in the last `leftoverQuietMs` (a process in
  * another pid namespace may be writing it: its id means nothing here), or if it is not a plain
  * file or link (a folder that happens to match is not ours).
  */
@@ -34,7 +34,9 @@ export function removeLeftovers(path: string, what: string, now = Date.now()): s
   }
   for (const name of names) {
     const pid = Number(pattern.exec(name)?.[1]);
-    if (!Number.isSafeInteger(pid) || pid <= 0 || isRunning(pid)) continue;
+    // One of this process's id is not its own (it has not written it: ids were reused, or the
+    // process is pid 1 of a container again); the quiet minute below still guards a live writer.
+    if (!Number.isSafeInteger(pid) || pid <= 0 || (pid !== process.pid && isRunning(pid))) continue;
     const file = join(folder, name);
     try {
       const stats = lstatSync(file);
