@@ -4,8 +4,9 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameS
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dataKeyFilePath, nextKeyFilePath } from "../src/store/data-key.js";
+import { isRunning } from "../src/store/leftover-files.js";
 import { until } from "./support/served-process.js";
-import { scratch } from "./support/scratch.js";
+import { backdateFiles, scratch } from "./support/scratch.js";
 import { builtCli, listeningPort, spawnCli } from "./support/spawn-cli.js";
 import { startTestServer } from "./support/test-server.js";
 
@@ -54,21 +55,6 @@ function heldAt(path: string, syscalls: string, args: string[], env: Record<stri
   };
 }
 
-/** Backdates the files in `dir` whose names start with `prefix` by two minutes: a later run, as a nightly backup is. */
-function ageFiles(dir: string, prefix: string): void {
-  const then = new Date(Date.now() - 120_000);
-  for (const name of readdirSync(dir).filter((n) => n.startsWith(prefix))) utimesSync(join(dir, name), then, then);
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 describe.skipIf(!hasStrace)("a process killed at the worst moment of a file operation", () => {
   it("a first start killed while it writes the new key file: the next start serves (an empty key file stopped every later start)", async () => {
     const dir = tempDir();
@@ -80,7 +66,7 @@ describe.skipIf(!hasStrace)("a process killed at the worst moment of a file oper
     await new Promise((resolve) => setTimeout(resolve, 300));
     await held.kill();
     expect(!existsSync(keyFile) || statSync(keyFile).size > 0).toBe(true);
-    ageFiles(dir, "new.db.key.writing-");
+    backdateFiles(dir, "new.db.key.writing-");
 
     const next = track(spawnCli(["serve"], { ACCESSD_DATABASE: database, ACCESSD_PORT: "0" }));
     expect(await listeningPort(next)).toBeGreaterThan(0);
@@ -99,7 +85,7 @@ describe.skipIf(!hasStrace)("a process killed at the worst moment of a file oper
     await new Promise((resolve) => setTimeout(resolve, 300));
     await held.kill();
     expect(existsSync(copy)).toBe(false);
-    ageFiles(dir, "copy.db.partial-");
+    backdateFiles(dir, "copy.db.partial-");
 
     const again = track(spawnCli(["backup", copy], { ACCESSD_DATABASE: database }));
     expect(await again.exited).toEqual({ code: 0, signal: null });
@@ -146,7 +132,7 @@ describe("what a killed run leaves, taken by the next", () => {
     for (const name of [...leftovers, ...kept]) writeFileSync(join(dir, name), "left by a killed backup");
     mkdirSync(join(dir, `copy.db.partial-${gone}-deadbeef`)); // a folder is never ours
     kept.push(`copy.db.partial-${gone}-deadbeef`);
-    ageFiles(dir, "copy.db.partial-");
+    backdateFiles(dir, "copy.db.partial-");
     const recently = new Date();
     utimesSync(join(dir, `copy.db.partial-${gone}-4567cdef`), recently, recently);
 

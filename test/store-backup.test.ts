@@ -1,12 +1,12 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { existsSync, readdirSync, renameSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, renameSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { signHmacWebhook } from "../src/webhooks/index.js";
 import { createHmacListener, serveProcess, type HmacListener } from "./support/served-process.js";
-import { scratch } from "./support/scratch.js";
+import { backdateFiles, scratch } from "./support/scratch.js";
 import { spawnCli } from "./support/spawn-cli.js";
 import { startTestServer } from "./support/test-server.js";
 
@@ -111,8 +111,7 @@ describe("accessd backup", () => {
 
     // The next run, two minutes later, removes what the killed one left (its partial copy and
     // journal: a file changed in the last minute could be another namespace's backup at work).
-    const then = new Date(Date.now() - 120_000);
-    for (const name of readdirSync(dir).filter((n) => n.startsWith(partial))) utimesSync(join(dir, name), then, then);
+    backdateFiles(dir, partial);
     const again = spawnCli(["backup", copy], { ACCESSD_DATABASE: database });
     track(again);
     expect(await again.exited).toEqual({ code: 0, signal: null });

@@ -18,13 +18,13 @@ export const leftoverQuietMs = 60_000;
 /**
  * Deletes what processes that no longer run left of their temporary files for `path` (names made
  * by `temporaryName`, and those with `-journal` or `.key` after them); returns the names. A file
- * stays if its process still runs (another than this one), if it changed in the last `leftoverQuietMs` (a process in
- * another pid namespace may be writing it: its id means nothing here), or if it is not a plain
- * file or link (a folder that happens to match is not ours).
+ * stays if its process still runs (another than this one), if it changed in the last
+ * `leftoverQuietMs` (a process in another pid namespace may be writing it: its id means nothing
+ * here), or if it is not a plain file or link (a folder that happens to match is not ours).
  */
 export function removeLeftovers(path: string, what: string, now = Date.now()): string[] {
   const folder = dirname(path);
-  const pattern = new RegExp(`^${escapeRegExp(`${basename(path)}.${what}-`)}(\\d{1,10})-[0-9a-f]{8}(-journal|\\.key)?$`);
+  const prefix = `${basename(path)}.${what}-`;
   const removed: string[] = [];
   let names: string[];
   try {
@@ -33,7 +33,8 @@ export function removeLeftovers(path: string, what: string, now = Date.now()): s
     return removed;
   }
   for (const name of names) {
-    const pid = Number(pattern.exec(name)?.[1]);
+    if (!name.startsWith(prefix)) continue;
+    const pid = Number(/^(\d{1,10})-[0-9a-f]{8}(-journal|\.key)?$/.exec(name.slice(prefix.length))?.[1]);
     // One of this process's id is not its own (it has not written it: ids were reused, or the
     // process is pid 1 of a container again); the quiet minute below still guards a live writer.
     if (!Number.isSafeInteger(pid) || pid <= 0 || (pid !== process.pid && isRunning(pid))) continue;
@@ -50,7 +51,8 @@ export function removeLeftovers(path: string, what: string, now = Date.now()): s
   return removed;
 }
 
-function isRunning(pid: number): boolean {
+/** Whether a process with this id runs (as any user); false once it is gone and reaped. */
+export function isRunning(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -58,8 +60,4 @@ function isRunning(pid: number): boolean {
     // EPERM: it runs, as another user. Anything but ESRCH (an id out of range): not known to be gone.
     return (e as NodeJS.ErrnoException).code !== "ESRCH";
   }
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }

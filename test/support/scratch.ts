@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll } from "vitest";
@@ -33,4 +33,10 @@ export function scratch(prefix: string): Scratch {
       return cli;
     },
   };
+}
+
+/** Backdates the files in `dir` whose names start with `prefix` by two minutes: a later run, as a nightly backup is. */
+export function backdateFiles(dir: string, prefix: string): void {
+  const then = new Date(Date.now() - 120_000);
+  for (const name of readdirSync(dir).filter((n) => n.startsWith(prefix))) utimesSync(join(dir, name), then, then);
 }
