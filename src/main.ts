@@ -21,7 +21,7 @@ import { metricsRoute } from "./observability/metrics-route.js";
 import { buildOpenApi, openApiRoute } from "./openapi/index.js";
 import { ConnectHandlers } from "./server/connect-handlers.js";
 import { HttpServer } from "./server/http-server.js";
-import { loggingInterceptor } from "./server/logging-interceptor.js";
+import { loggingInterceptor, logUnobservedAnswer } from "./server/logging-interceptor.js";
 import { storeUnavailableInterceptor } from "./server/store-unavailable.js";
 import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
@@ -192,6 +192,11 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     ready: () => store.ping(),
     log,
     requestTimeoutMs: config.requestTimeoutMs,
+    onUnobservedAnswer: (answer) => {
+      const { facts, code, seconds } = answer;
+      metrics.recordRequest({ protocol: facts.protocol, operation: facts.operation ?? "unknown", code, seconds });
+      logUnobservedAnswer(log, answer);
+    },
   });
 
   const address = await server.listen(config.port, config.host);

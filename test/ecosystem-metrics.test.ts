@@ -1,15 +1,18 @@
 import { randomUUID } from "node:crypto";
+import { PassThrough } from "node:stream";
 import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { ManualClock } from "../src/clock.js";
-import { reusedWhenSlow } from "../src/main.js";
+import { reusedWhenSlow, startAccessd } from "../src/main.js";
+import { configDefaults } from "../src/config.js";
+import { createLogger } from "../src/logger.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
 import { requestFactsKey } from "../src/server/request-context.js";
-import { startTestServer, type TestServer } from "./support/test-server.js";
+import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
 let server: TestServer;
@@ -69,6 +72,55 @@ describe("/metrics", () => {
       sample(text, "accessd_request_duration_seconds_bucket", { protocol: "rest", operation: create, le: "+Inf" });
     expect(bucket(after) - bucket(before)).toBe(2);
     expect(sample(after, "accessd_request_duration_seconds_sum", { protocol: "rest", operation: create })).toBeGreaterThan(0);
+  });
+
+  it("counts and logs API requests answered before their handler: REST and Connect bodies refused, unknown paths and methods", async () => {
+    let logged = "";
+    const sink = new PassThrough();
+    sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
+    const own = await startAccessd(
+      { ...configDefaults, port: 0, database: ":memory:", logLevel: "info", bootstrapClient: testBootstrapClient },
+      createLogger("info", sink),
+    );
+    try {
+      const post = (path: string, body: string, contentType = "application/json") =>
+        fetch(`${own.url}${path}`, { method: "POST", headers: { "content-type": contentType, "x-request-id": `refused-${path.length}-${body.length}` }, body });
+      expect((await post("/api/v1/apps", "{not json")).status).toBe(400);
+      expect((await post("/api/v1/apps", "x", "text/plain")).status).toBe(415);
+      expect((await fetch(`${own.url}/api/v1/no-such-thing`)).status).toBe(404);
+      expect((await fetch(`${own.url}/api/v1/apps`, { method: "PATCH" })).status).toBe(405);
+      expect((await post("/svc.api.app.v1.Apps/Create", "{not json")).status).toBe(400);
+      const grpc = createClient(Apps, createGrpcTransport({ baseUrl: own.url }));
+      // A method the server does not have, through a client that believes it does.
+      const unknownMethod = await fetch(`${own.url}/svc.api.app.v1.Apps/Archive`, {
+        method: "POST",
+        headers: { "content-type": "application/grpc-web+proto" },
+        body: new Uint8Array(5),
+      });
+      expect(unknownMethod.headers.get("grpc-status")).toBe(String(Code.Unimplemented));
+      await grpc.get({ id: "x" }).catch(() => undefined); // no token: the interceptors count it, once
+      const text = await scrape(own as TestServer);
+      const count = (protocol: string, operation: string, code: string) => sample(text, "accessd_requests_total", { protocol, operation, code });
+      expect(count("rest", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(2); // bad JSON, and text/plain (415)
+      expect(count("rest", "unknown", "not_found")).toBe(1);
+      expect(count("rest", "unknown", "unimplemented")).toBe(1); // 405
+      expect(count("connect", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(1);
+      expect(count("grpc-web", "unknown", "unimplemented")).toBe(1);
+      expect(count("grpc", "svc.api.app.v1.Apps.Get", "unauthenticated")).toBe(1);
+      const lines = logged
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .filter((line) => line.msg === "rpc");
+      expect(lines).toContainEqual(
+        expect.objectContaining({ requestId: "refused-12-9", protocol: "rest", procedure: "svc.api.app.v1.Apps.Create", code: "invalid_argument", status: 400, level: 30 }),
+      );
+      expect(lines).toContainEqual(expect.objectContaining({ protocol: "grpc-web", procedure: "unknown", code: "unimplemented" }));
+      expect(lines.filter((line) => line.procedure === "svc.api.app.v1.Apps.Get")).toHaveLength(1);
+      expect(lines).toHaveLength(7);
+    } finally {
+      await own.close();
+    }
   });
 
   it("counts health checks and measures a streamed Watch until it ends", async () => {

@@ -151,6 +151,8 @@ describe("one port, every protocol", () => {
     const error = await failureOf(grpcJsAddCall(grpcJsClient(), {}, "/svc.api.app.v1.AppEntitlementOwners/Nope"));
     expect(error?.code).toBe(grpc.status.UNIMPLEMENTED);
     expect(error?.details).toBe("unknown method /svc.api.app.v1.AppEntitlementOwners/Nope");
+    // The request id too, as on every other answer (the trailers-only answer is written apart).
+    expect(error?.metadata.get("x-request-id")).toEqual([expect.stringMatching(/^[\w-]{36}$/)]);
   });
 
   it("answers a grpc-js call without userId with gRPC status INVALID_ARGUMENT", async () => {

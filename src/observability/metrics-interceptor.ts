@@ -11,7 +11,9 @@ import type { Metrics } from "./metrics.js";
 export function metricsInterceptor(metrics: Metrics): Interceptor {
   return (next) => async (req) => {
     const started = performance.now();
-    const protocol = req.contextValues.get(requestFactsKey).protocol;
+    const facts = req.contextValues.get(requestFactsKey);
+    facts.observed = true;
+    const protocol = facts.protocol;
     const operation = `${req.service.typeName}.${req.method.name}`;
     let recorded = false;
     const record = (code: string): void => {

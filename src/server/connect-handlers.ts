@@ -7,8 +7,8 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import type { Logger } from "../logger.js";
-import { asApiRefusal } from "./connect-refusals.js";
-import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
+import { asApiRefusal, refusalWithCode } from "./connect-refusals.js";
+import { type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
 export interface ConnectHandlersOptions {
@@ -57,7 +57,14 @@ export class ConnectHandlers {
       createContextValues().set(requestFactsKey, facts),
     );
     try {
-      const uRes = await asApiRefusal(await handler(uReq), path);
+      let uRes = await asApiRefusal(await handler(uReq), path);
+      if (facts.observed !== true) {
+        // Refused before the interceptors (they count and log every call they see): its code, for
+        // the HTTP layer's count and line.
+        const refusal = await refusalWithCode(uRes);
+        uRes = refusal.response;
+        if (refusal.code !== undefined) noteAnsweredCode(res, refusal.code);
+      }
       await universalResponseToNodeResponse(facts.protocol === "grpc" ? withSpecGrpcMessage(uRes) : uRes, res);
     } catch (e) {
       if (ConnectError.from(e).code === Code.Aborted) return; // the client went away

@@ -1,6 +1,6 @@
 import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code } from "@connectrpc/connect";
-import { codeName } from "./json-error.js";
+import { codeName, codeOfName } from "./json-error.js";
 
 /**
  * connect-es's messages, with code `internal`, for a request body that is not valid protobuf
@@ -35,6 +35,27 @@ export async function asApiRefusal(res: UniversalServerResponse, procedure: stri
     return jsonError(res, 400, Code.InvalidArgument, error.message);
   }
   return { ...res, body: once(bytes) };
+}
+
+/**
+ * The code of an answer connect-es gave before any interceptor ran (a body it could not parse, a
+ * Content-Type or method it does not take), for the metrics and the log: gRPC's `grpc-status`,
+ * else the Connect JSON error's code, read from its body (an error body is small), which is
+ * returned for writing. Undefined for an answer that is no error.
+ */
+export async function refusalWithCode(res: UniversalServerResponse): Promise<{ response: UniversalServerResponse; code: Code | undefined }> {
+  const grpcStatus = res.header?.get("grpc-status") ?? res.trailer?.get("grpc-status");
+  if (grpcStatus !== null && grpcStatus !== undefined) {
+    return { response: res, code: grpcStatus === "0" ? undefined : (Number(grpcStatus) as Code) };
+  }
+  if (res.status < 400) return { response: res, code: undefined };
+  const json = res.header?.get("content-type")?.startsWith("application/json") === true && !res.header.has("content-encoding");
+  if (res.body === undefined || !json) return { response: res, code: Code.Unknown };
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of res.body) chunks.push(chunk);
+  const bytes = Buffer.concat(chunks);
+  const error = parseError(bytes);
+  return { response: { ...res, body: once(bytes) }, code: error === undefined ? Code.Unknown : codeOfName(error.code) };
 }
 
 function jsonError(res: UniversalServerResponse, status: number, code: Code, message: string): UniversalServerResponse {

@@ -11,7 +11,7 @@ import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
 import { type ConnectHandlers, grpcMessageHeader } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
-import { isHttp2Request, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
+import { answeredCodeOf, isHttp2Request, noteAnsweredCode, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
 import { enforceDeadlines } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
@@ -52,6 +52,17 @@ export interface HttpServerOptions {
   log: Logger;
   /** Cut a request still sending headers or body after this long. */
   requestTimeoutMs: number;
+  /** An API answer no interceptor counted or logged (see `RequestFacts.observed`). */
+  onUnobservedAnswer?: (answer: UnobservedAnswer) => void;
+}
+
+/** An API request answered before the interceptors saw it: what the metrics and the log need. */
+export interface UnobservedAnswer {
+  facts: RequestFacts;
+  /** Connect code name of the answer (`invalid_argument`, `unimplemented`, `canceled`, ...). */
+  code: string;
+  status: number;
+  seconds: number;
 }
 
 /**
@@ -177,6 +188,21 @@ export class HttpServer {
     });
   }
 
+  /**
+   * Counts and logs an API answer that no interceptor saw (see `RequestFacts.observed`): a REST
+   * path or body refused before its handler, a Connect or gRPC request connect-es refused, an
+   * unknown method. Under the operation the route named, or `unknown`.
+   */
+  private observeApiAnswer(res: NodeResponse, facts: RequestFacts): void {
+    const report = this.options.onUnobservedAnswer;
+    if (report === undefined) return;
+    const started = performance.now();
+    res.once("close", () => {
+      if (facts.observed === true) return;
+      report({ facts, code: answeredCodeOf(res), status: res.statusCode, seconds: (performance.now() - started) / 1000 });
+    });
+  }
+
   private trackResponse(socket: Socket, res: NodeResponse): void {
     this.responses.set(socket, res);
     res.once("close", () => {
@@ -188,7 +214,9 @@ export class HttpServer {
     const { connect, rest, rawRoutes } = this.options;
     if (connect.has(path)) {
       facts.protocol = protocolOfContentType(req.headers["content-type"]);
+      facts.operation = path.slice(1).replace("/", ".");
       res.setHeader("cache-control", apiCacheControl);
+      this.observeApiAnswer(res, facts);
       return connect.handle(req, res, path, facts);
     }
     for (const route of rawRoutes) {
@@ -203,10 +231,13 @@ export class HttpServer {
     }
     if (path.startsWith("/api/")) {
       res.setHeader("cache-control", apiCacheControl);
+      this.observeApiAnswer(res, facts);
       return rest.handle(req, res, facts);
     }
     const protocol = protocolOfContentType(req.headers["content-type"]);
     if (protocol === "grpc" || protocol === "grpc-web") {
+      facts.protocol = protocol;
+      this.observeApiAnswer(res, facts);
       // A gRPC client reads grpc-status, not the HTTP status: a 404 reaches grpc-js as
       // "Received HTTP status code 404", the message lost. A trailers-only UNIMPLEMENTED instead,
       // once the request is read (answering while it is still sent resets the stream, which
@@ -217,12 +248,15 @@ export class HttpServer {
         () => false,
       );
       if (!read || res.headersSent) return; // gone, or cut by the request deadline
-      const headers = {
+      const headers: Record<string, string> = {
         "content-type": req.headers["content-type"] ?? "application/grpc",
         "grpc-status": String(Code.Unimplemented),
         "grpc-message": grpcMessageHeader(`unknown method ${path}`),
       };
+      noteAnsweredCode(res, Code.Unimplemented);
       if (isHttp2Request(req)) {
+        // respond() writes these headers alone: x-request-id (set on `res`) too.
+        headers["x-request-id"] = facts.requestId;
         req.stream.respond({ ":status": 200, ...headers }, { endStream: true });
       } else {
         res.writeHead(200, headers);

@@ -58,6 +58,12 @@ export function codeName(code: Code): string {
   return codeNames[code];
 }
 
+/** The code a Connect code name (`not_found`) stands for; Unknown for a name that is none. */
+export function codeOfName(name: string): Code {
+  for (const [code, codeName] of Object.entries(codeNames)) if (codeName === name) return Number(code) as Code;
+  return Code.Unknown;
+}
+
 /**
  * The code an RPC that failed is logged and counted under. Once its client went away (its request
  * signal aborted) that is the reason the signal gives, `canceled` for a reset or a closed
@@ -77,6 +83,26 @@ export function httpStatusOf(code: Code): number {
  * the one Connect pairs with the code; routes outside Connect (REST 405/413/415, webhooks) pass
  * their own.
  */
+/** The code each response was answered with, where no interceptor saw it (see `answeredCodeOf`). */
+const answeredCodes = new WeakMap<NodeResponse, string>();
+
+/** Notes the outcome code of an answer that no interceptor counted (a refusal before the handler). */
+export function noteAnsweredCode(res: NodeResponse, code: Code): void {
+  answeredCodes.set(res, codeNames[code]);
+}
+
+/**
+ * The outcome code of an answered response, for the metrics and the log of an answer no
+ * interceptor saw: the code noted for it (`writeJsonError` notes every error it writes), `ok` for
+ * a success, `canceled` when the client left before the answer was complete, else `unknown`.
+ */
+export function answeredCodeOf(res: NodeResponse): string {
+  const noted = answeredCodes.get(res);
+  if (noted !== undefined) return noted;
+  if (!res.writableFinished) return "canceled";
+  return res.statusCode >= 200 && res.statusCode < 300 ? "ok" : "unknown";
+}
+
 export function writeJsonError(
   res: NodeResponse,
   code: Code,
@@ -89,6 +115,7 @@ export function writeJsonError(
     return;
   }
   const body = JSON.stringify({ code: codeNames[code], message });
+  noteAnsweredCode(res, code);
   res.writeHead(status, {
     ...headers,
     "content-type": "application/json",

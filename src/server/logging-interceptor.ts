@@ -1,6 +1,7 @@
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import { outcomeCodeName } from "./json-error.js";
+import type { UnobservedAnswer } from "./http-server.js";
 import { requestFactsKey } from "./request-context.js";
 
 /**
@@ -21,15 +22,38 @@ export function loggingInterceptor(log: Logger): Interceptor {
       log.info({ ...fields, code: "ok", durationMs: elapsed(started) }, "rpc");
       return res;
     } catch (e) {
-      const error = ConnectError.from(e);
       const code = outcomeCodeName(e, req.signal);
-      // Unavailable: the store failing (storeUnavailableInterceptor), which operators must see.
-      const serverSide = error.code === Code.Internal || error.code === Code.Unknown || error.code === Code.Unavailable;
-      const level = serverSide && code !== "canceled" ? "error" : "info";
+      const level = rpcLogLevel(code);
       log[level]({ ...fields, code, durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) }, "rpc");
       throw e;
     }
   };
+}
+
+/**
+ * The level of an operation's line: `error` for what the server must answer for (internal,
+ * unknown, and unavailable: the store failing, see storeUnavailableInterceptor, which operators
+ * must see), `info` for the rest (a client's mistake or departure is no server error).
+ */
+export function rpcLogLevel(code: string): "error" | "info" {
+  return code === "internal" || code === "unknown" || code === "unavailable" ? "error" : "info";
+}
+
+/**
+ * The line of an API answer no interceptor saw (`HttpServer`'s `onUnobservedAnswer`), in the
+ * interceptor's shape: a REST body that does not parse is logged like a handler's refusal.
+ */
+export function logUnobservedAnswer(log: Logger, answer: UnobservedAnswer): void {
+  const { facts, code, status, seconds } = answer;
+  const fields = {
+    requestId: facts.requestId,
+    protocol: facts.protocol,
+    procedure: facts.operation ?? "unknown",
+    code,
+    status,
+    durationMs: Math.round(seconds * 100_000) / 100,
+  };
+  log[rpcLogLevel(code)](fields, "rpc");
 }
 
 function elapsed(started: number): number {

@@ -8,6 +8,18 @@ export interface RequestFacts {
   protocol: WireProtocol;
   /** The TCP peer address (never a forwarded header). */
   peerAddress: string;
+  /**
+   * The operation (`package.Service.Method`) once the route names one: a Connect or gRPC path the
+   * server serves, a REST route that matched. Unset for a path that names none.
+   */
+  operation?: string;
+  /**
+   * Set by the metrics interceptor when a call reaches it: from then on the interceptors count and
+   * log the call. An API request answered before that (a REST body that does not parse, a Connect
+   * body connect-es refuses, an unknown method) is counted and logged by the HTTP layer instead
+   * (`HttpServer`'s `onUnobservedAnswer`), so that every API answer is in the metrics and the log.
+   */
+  observed?: boolean;
 }
 
 export const requestFactsKey = createContextKey<RequestFacts>({

@@ -105,6 +105,7 @@ export class RestTranscoder {
       return;
     }
 
+    facts.operation = `${match.route.rpc.parent.typeName}.${match.route.rpc.name}`;
     let message: JsonObject;
     try {
       message = await this.requestJson(req, match.route);
