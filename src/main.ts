@@ -187,6 +187,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
         log,
         limiter: new FailureLimiter({ maxFailures: 10, windowMs: 60_000, clock }),
         trustedProxies: config.trustedProxies,
+        onOutcome: (outcome) => metrics.recordTokenRequest(outcome),
       }),
     ],
     ready: () => store.ping(),

@@ -477,6 +477,48 @@ describe("secrets and tokens in logs", () => {
   });
 });
 
+describe("token requests in the log and the metrics", () => {
+  it("logs every grant and refusal with the client id as given and the source address, and counts them by outcome", async () => {
+    let logged = "";
+    const sink = new PassThrough();
+    sink.on("data", (c: Buffer) => (logged += c.toString()));
+    const accessd = await startAccessd(
+      { ...configDefaults, port: 0, database: ":memory:", logLevel: "info", bootstrapClient: testBootstrapClient },
+      createLogger("info", sink),
+    );
+    let metrics = "";
+    try {
+      const post = (clientId: string, secret: string) =>
+        fetch(`${accessd.url}/auth/v1/token`, {
+          method: "POST",
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: secret }),
+        });
+      expect((await post(testBootstrapClient.clientId, testBootstrapClient.clientSecret)).status).toBe(200);
+      for (let i = 0; i < 10; i++) expect((await post("guessed-client", `wrong-${i}`)).status).toBe(401);
+      expect((await post("guessed-client", "wrong-10")).status).toBe(429);
+      metrics = await (await fetch(`${accessd.url}/metrics`)).text();
+    } finally {
+      await accessd.close();
+    }
+    const lines = logged
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(lines).toContainEqual(
+      expect.objectContaining({ msg: "token issued", clientId: testBootstrapClient.clientId, sourceIp: "127.0.0.1", expiresIn: 3600 }),
+    );
+    const refused = lines.filter((line) => line.msg === "token request refused");
+    expect(refused).toHaveLength(11);
+    expect(refused[0]).toMatchObject({ clientId: "guessed-client", sourceIp: "127.0.0.1", error: "invalid_client", reason: "unknown client" });
+    expect(refused[10]).toMatchObject({ error: "slow_down", reason: "too many failed attempts", retryAfterSeconds: expect.any(Number) });
+    expect(metrics).toContain('accessd_token_requests_total{outcome="issued"} 1');
+    expect(metrics).toContain('accessd_token_requests_total{outcome="invalid_client"} 10');
+    expect(metrics).toContain('accessd_token_requests_total{outcome="slow_down"} 1');
+    expect(metrics).toContain('accessd_token_requests_total{outcome="temporarily_unavailable"} 0');
+  });
+});
+
 describe("roles of a token over gRPC", () => {
   it("answers a gRPC call without a token with UNAUTHENTICATED and one of a roleless user with PERMISSION_DENIED", async () => {
     const missing = await grpcListUsers(server, undefined).then(

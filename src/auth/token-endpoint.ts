@@ -13,7 +13,7 @@ import type { AccessTokens } from "./access-tokens.js";
 import { assertionRefusal, jwtBearerAssertionType, verifyClientAssertion } from "./client-assertion.js";
 import { decoyHash, verifySecret } from "./client-secret.js";
 import type { FailureLimiter } from "./failure-limiter.js";
-import { invalidClient, OAuthError, writeOAuthError, writeOAuthJson } from "./oauth-error.js";
+import { invalidClient, OAuthError, type OAuthErrorCode, writeOAuthError, writeOAuthJson } from "./oauth-error.js";
 import { parseTokenRequest, requireParameter, type TokenParameters } from "./token-request.js";
 
 export const tokenPath = "/auth/v1/token";
@@ -38,6 +38,15 @@ export interface TokenEndpointOptions {
   log: Logger;
   /** CIDRs whose X-Forwarded-For is believed (ACCESSD_TRUSTED_PROXIES), as for webhooks. */
   trustedProxies: readonly string[];
+  /** Each request's outcome, for the metrics: `issued`, or the RFC 6749 error code answered. */
+  onOutcome?: (outcome: "issued" | OAuthErrorCode) => void;
+}
+
+/** What the token endpoint's log lines say about who asked. */
+interface TokenAudit {
+  /** The client id as given (cut to `maxClientIdLength` characters: no client has a longer one). */
+  clientId?: string;
+  sourceIp?: string;
 }
 
 /**
@@ -52,21 +61,32 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
   return {
     path: tokenPath,
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
+      // Who asked, for the log (an access-management API's grants must be attributable): the
+      // client id as given and the source address, once the request got that far.
+      const audit: TokenAudit = {};
       try {
-        const issued = await issueToken(req, facts, options);
+        const issued = await issueToken(req, facts, options, audit);
         writeOAuthJson(res, 200, { access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn });
+        options.onOutcome?.("issued");
+        options.log.info({ requestId: facts.requestId, ...audit, expiresIn: issued.expiresIn }, "token issued");
       } catch (e) {
         if (isStoreUnavailable(e)) {
           // Disk full, locked, I/O error (a private_key_jwt grant records the assertion's jti).
-          options.log.error({ err: e, requestId: facts.requestId }, "token request failed: the store is unavailable");
+          options.log.error({ err: e, requestId: facts.requestId, ...audit }, "token request failed: the store is unavailable");
           writeOAuthError(res, new OAuthError("temporarily_unavailable", storeUnavailableMessage, 503, storeUnavailableHeaders));
+          options.onOutcome?.("temporarily_unavailable");
           return;
         }
         if (!(e instanceof OAuthError)) throw e;
         // The log names the failed check (more precisely than the answer may); never the secret,
         // assertion or token.
-        options.log.info({ requestId: facts.requestId, error: e.error, reason: e.logReason }, "token request refused");
+        const retryAfter = e.headers["retry-after"];
+        options.log.info(
+          { requestId: facts.requestId, ...audit, error: e.error, reason: e.logReason, ...(retryAfter === undefined ? {} : { retryAfterSeconds: Number(retryAfter) }) },
+          "token request refused",
+        );
         writeOAuthError(res, e);
+        options.onOutcome?.(e.error);
       }
     },
   };
@@ -77,7 +97,7 @@ interface TokenEndpoint extends TokenEndpointOptions {
   sourceIp: SourceIpResolver;
 }
 
-async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenEndpoint) {
+async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenEndpoint, audit: TokenAudit) {
   if (req.method !== "POST") {
     throw new OAuthError("invalid_request", "the token endpoint takes POST", 405, { allow: "POST" });
   }
@@ -103,20 +123,26 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
     throw new OAuthError("unsupported_grant_type", "grant_type must be client_credentials");
   }
   const clientId = requireParameter(params, "client_id");
-  const credential = credentialOf(params);
-
   // Behind a reverse proxy the TCP peer is the proxy: keyed on it, ten bad requests from anyone
   // would lock out every client. An id no client can have gets no key of its own (a key per
   // made-up id would let a flood of long ids fill the memory).
   const sourceAddress = options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]);
+  audit.clientId = clientId.length <= maxClientIdLength ? clientId : `${clientId.slice(0, maxClientIdLength)}…`;
+  audit.sourceIp = sourceAddress;
+  const credential = credentialOf(params);
+
   const addressKey = `address:${sourceAddress}`;
   const keys = clientId.length <= maxClientIdLength ? [`client:${clientId}`, addressKey] : [addressKey];
   const admission = options.limiter.admit(keys);
   if (!admission.admitted) {
     const retryAfter = admission.retryAfterSeconds;
-    throw new OAuthError("slow_down", `too many failed attempts; retry after ${retryAfter} seconds`, 429, {
-      "retry-after": String(retryAfter),
-    });
+    throw new OAuthError(
+      "slow_down",
+      `too many failed attempts; retry after ${retryAfter} seconds`,
+      429,
+      { "retry-after": String(retryAfter) },
+      "too many failed attempts", // one reason to group by; the log line has retryAfterSeconds
+    );
   }
   let client: Client;
   try {

@@ -8,6 +8,9 @@ export interface MetricsOptions {
   processMetrics?: boolean;
 }
 
+/** The token endpoint's outcomes (RFC 6749 error codes it answers, and `issued`). */
+const tokenOutcomes = ["issued", "invalid_request", "invalid_client", "unsupported_grant_type", "slow_down", "temporarily_unavailable"];
+
 export interface RequestObservation {
   protocol: string;
   /** `<package>.<Service>.<Method>`, the operation name of the contract. */
@@ -28,6 +31,7 @@ export class Metrics {
   private readonly requests: Counter<"protocol" | "operation" | "code">;
   private readonly duration: Histogram<"protocol" | "operation">;
   private readonly webhookVerdicts: Counter<"reason" | "status">;
+  private readonly tokenRequests: Counter<"outcome">;
   private executionsByStateSource: (() => Readonly<Record<string, number>>) | undefined;
   private executionsFinishedSource: (() => Readonly<Record<string, number>>) | undefined;
   private queueDepthSource: (() => number) | undefined;
@@ -54,6 +58,14 @@ export class Metrics {
       labelNames: ["reason", "status"],
       registers,
     });
+    this.tokenRequests = new Counter({
+      name: "accessd_token_requests_total",
+      help: "Token endpoint requests by outcome: issued, or the RFC 6749 error answered (invalid_client, slow_down, ...).",
+      labelNames: ["outcome"],
+      registers,
+    });
+    // Present from the start, so that an alert on a rate of refusals has a series to read.
+    for (const outcome of tokenOutcomes) this.tokenRequests.inc({ outcome }, 0);
     const self = this;
     new Gauge({
       name: "accessd_automation_executions",
@@ -107,6 +119,11 @@ export class Metrics {
   /** One inbound webhook request answered: `reason` is the pipeline's verdict code (`accepted`, `bad_signature`, ...). */
   recordWebhookVerdict(reason: string, status: number): void {
     this.webhookVerdicts.inc({ reason, status: String(status) });
+  }
+
+  /** One token endpoint request answered: `issued`, or the RFC 6749 error code of its refusal. */
+  recordTokenRequest(outcome: string): void {
+    this.tokenRequests.inc({ outcome });
   }
 
   /** Where scrapes read the stored executions per state (e.g. a COUNT ... GROUP BY state query). */
