@@ -96,6 +96,9 @@ describe("store unavailable (disk full)", () => {
 
       // Reads need no new page: they go on.
       expect((await server.call("GET", "/api/v1/apps?page_size=1")).status).toBe(200);
+
+      // Readiness stays: reads and refusals go on (README, "Probes").
+      expect((await fetch(`${server.url}/readyz`)).status).toBe(200);
     } finally {
       freeTheDisk();
     }
