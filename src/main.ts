@@ -71,7 +71,11 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   let store: Store | undefined;
   try {
     store = Store.open(config.database, {
-      backgroundCheckpoints: { onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead") },
+      backgroundCheckpoints: {
+        onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead"),
+        onCheckpointFailed: (err) => log.warn({ err }, "WAL checkpoint failed; trying again every second"),
+        onCheckpointsResumed: () => log.info("WAL checkpoints succeed again"),
+      },
     });
     return await startOnStore(config, log, store, options, () => lock.release());
   } catch (e) {

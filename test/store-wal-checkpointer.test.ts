@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -63,4 +64,69 @@ describe("WAL checkpoints from their own thread", () => {
     expect(Math.max(...delays)).toBeLessThan(150);
     await store.close();
   }, 15_000);
+
+  it.skipIf(!canMountTmpfs())("goes on checkpointing after a spell of full disk (one full disk turned the thread off until a restart)", async () => {
+    const small = mkdtempSync(join(tmpdir(), "accessd-wal-full-"));
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", small]);
+    const events: string[] = [];
+    let store: Store | undefined;
+    try {
+      store = Store.open(join(small, "full.db"), {
+        backgroundCheckpoints: {
+          busyIntervalMs: 5,
+          retryIntervalMs: 20,
+          onError: (error) => events.push(`thread died: ${error.message}`),
+          onCheckpointFailed: (error) => events.push(`failed: ${(error as Error & { code: string }).code}`),
+          onCheckpointsResumed: () => events.push("resumed"),
+        },
+      });
+      const open = store;
+      const insertApp = (label: string) => {
+        const now = Date.now();
+        open.apps.insert({ id: newId(), displayName: label, description: "x".repeat(3_000), createdAt: now, updatedAt: now });
+      };
+      // Fill the disk: the WAL takes what is left, and a checkpoint cannot grow the database file.
+      const filler = join(small, "filler");
+      writeFileSync(filler, Buffer.alloc(2_200_000));
+      for (let i = 0; i < 2_000 && !events.some((e) => e.startsWith("failed")); i++) {
+        try {
+          open.transaction(() => insertApp(`full ${i}`));
+        } catch {
+          // SQLITE_FULL: the store is full too
+        }
+        await sleep(1);
+      }
+      expect(events[0]).toMatch(/^failed: SQLITE_(FULL|IOERR)/);
+
+      rmSync(filler); // space again
+      const resumedBy = Date.now() + 5_000;
+      while (!events.includes("resumed") && Date.now() < resumedBy) await sleep(10);
+      expect(events.slice(1)).toEqual(["resumed"]);
+
+      // And it checkpoints what comes next, as before.
+      const sizeBefore = statSync(join(small, "full.db")).size;
+      open.transaction(() => {
+        for (let i = 0; i < 100; i++) insertApp(`after ${i}`);
+      });
+      const copiedBy = Date.now() + 5_000;
+      while (statSync(join(small, "full.db")).size <= sizeBefore && Date.now() < copiedBy) await sleep(10);
+      expect(statSync(join(small, "full.db")).size).toBeGreaterThan(sizeBefore);
+      expect(events).toHaveLength(2);
+    } finally {
+      await store?.close();
+      execFileSync("umount", [small]);
+      rmSync(small, { recursive: true, force: true });
+    }
+  });
 });
+
+/** A tmpfs of a few MB is a real full disk; mounting one takes root (CI's VM runs tests as root). */
+function canMountTmpfs(): boolean {
+  if (process.getuid?.() !== 0) return false;
+  try {
+    execFileSync("sh", ["-c", "command -v mount && command -v umount"], { stdio: "ignore" });
+    return true;
+  } catch {
+    return false;
+  }
+}

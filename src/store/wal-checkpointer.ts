@@ -5,6 +5,14 @@ import type { Database } from "./database.js";
 export interface WalCheckpointerOptions {
   /** Told when the thread fails; the connection then checkpoints every 1,000 pages again. */
   onError?: (error: Error) => void;
+  /**
+   * Told when a checkpoint fails (the disk full, an I/O error): the thread goes on, trying again
+   * every `retryIntervalMs`, and `onCheckpointsResumed` says when one succeeds again.
+   */
+  onCheckpointFailed?: (error: Error) => void;
+  onCheckpointsResumed?: () => void;
+  /** Between tries while checkpoints fail (milliseconds; default 1,000). */
+  retryIntervalMs?: number;
   /** Between checkpoints while new frames keep coming (the pause doubles while none do). */
   busyIntervalMs?: number;
   /** The longest pause, reached after a while with no new frames (milliseconds). */
@@ -25,8 +33,8 @@ export interface WalCheckpointerOptions {
  * it seldom finds a moment with every frame copied, so the request connection keeps its own
  * automatic checkpoint at `backstopPages` (10,000: 40 MB): by then the thread has copied nearly
  * every frame, so the backstop has little to copy, and it restarts the WAL. Crash-safe at any
- * point: a checkpoint is SQLite's own atomic operation. If the thread dies, the connection goes
- * back to SQLite's default of 1,000 pages.
+ * point: a checkpoint is SQLite's own atomic operation. A checkpoint that fails is tried again a
+ * second later; if the thread dies, the connection goes back to SQLite's default of 1,000 pages.
  *
  * The interval is short on purpose: each checkpoint fsyncs the WAL, and a commit that lands during
  * that fsync waits for it, so many small fsyncs stall requests less than a few large ones. At
@@ -50,9 +58,14 @@ export class WalCheckpointer {
       betterSqlite3: createRequire(import.meta.url).resolve("better-sqlite3"),
       busyIntervalMs: options.busyIntervalMs ?? 5,
       idleIntervalMs: options.idleIntervalMs ?? 20,
+      retryIntervalMs: options.retryIntervalMs ?? 1_000,
     };
     this.worker = new Worker(threadSource, { eval: true, workerData });
     this.worker.unref();
+    this.worker.on("message", (report: CheckpointReport) => {
+      if (report.failed === undefined) options.onCheckpointsResumed?.();
+      else options.onCheckpointFailed?.(Object.assign(new Error(report.failed.message), { code: report.failed.code }));
+    });
     const fail = (error: Error) => {
       if (this.stopping) return;
       this.stopping = true;
@@ -76,7 +89,17 @@ export class WalCheckpointer {
   }
 }
 
-/** The thread (CommonJS, evaluated): its own connection, a PASSIVE checkpoint per tick, closed on any message. */
+/** What the thread tells: a checkpoint failed (the first of a spell), or they succeed again. */
+interface CheckpointReport {
+  failed?: { code: string; message: string };
+}
+
+/**
+ * The thread (CommonJS, evaluated): its own connection, a PASSIVE checkpoint per tick, closed on
+ * any message. A checkpoint that fails (the disk full: the database file cannot grow) is tried
+ * again every `retryIntervalMs`, not the end of the thread: one full disk once turned background
+ * checkpoints off until the next restart.
+ */
 const threadSource = `
 const { workerData, parentPort } = require("node:worker_threads");
 const Database = require(workerData.betterSqlite3);
@@ -84,11 +107,20 @@ const db = new Database(workerData.path, { fileMustExist: true });
 db.pragma("synchronous = NORMAL");
 let pause = workerData.busyIntervalMs;
 let lastLog = -1;
+let failing = false;
 let timer;
 function tick() {
-  const [{ log }] = db.pragma("wal_checkpoint(PASSIVE)");
-  pause = log !== lastLog ? workerData.busyIntervalMs : Math.min(pause * 2, workerData.idleIntervalMs);
-  lastLog = log;
+  try {
+    const [{ log }] = db.pragma("wal_checkpoint(PASSIVE)");
+    if (failing) parentPort.postMessage({});
+    failing = false;
+    pause = log !== lastLog ? workerData.busyIntervalMs : Math.min(pause * 2, workerData.idleIntervalMs);
+    lastLog = log;
+  } catch (error) {
+    if (!failing) parentPort.postMessage({ failed: { code: String(error.code ?? ""), message: String(error.message ?? error) } });
+    failing = true;
+    pause = workerData.retryIntervalMs;
+  }
   timer = setTimeout(tick, pause);
 }
 timer = setTimeout(tick, pause);
