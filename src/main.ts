@@ -29,6 +29,7 @@ import { RestTranscoder } from "./server/rest-transcoder.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
 import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
+import { accessdVersion } from "./version.js";
 import { checkDataKey, holdsSealedSecrets, keyFileModeOpenToOthers, resolveDataKey } from "./store/data-key.js";
 import { createWebhooks } from "./webhooks/index.js";
 
@@ -207,7 +208,10 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const address = await server.listen(config.port, config.host);
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
   // The base URL names the tokens' issuer and the webhook endpoints: logged, so a change shows.
-  log.info({ address: address.address, port: address.port, database: config.database, baseUrl: config.baseUrl }, "accessd listening");
+  log.info(
+    { version: accessdVersion, pid: process.pid, address: address.address, port: address.port, database: config.database, baseUrl: config.baseUrl },
+    "accessd listening",
+  );
   worker.start();
   const housekeeping = startHousekeeping({
     store,

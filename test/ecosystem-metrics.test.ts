@@ -123,6 +123,40 @@ describe("/metrics", () => {
     }
   });
 
+  it("names the caller's client id on rpc lines, the listener on webhook refusals, and its version when it starts listening", async () => {
+    let logged = "";
+    const sink = new PassThrough();
+    sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
+    const own = await startAccessd(
+      { ...configDefaults, port: 0, database: ":memory:", logLevel: "info", bootstrapClient: testBootstrapClient },
+      createLogger("info", sink),
+    );
+    const listenerId = `no-such-listener-${"x".repeat(100)}`;
+    try {
+      const token = await fetch(`${own.url}/auth/v1/token`, {
+        method: "POST",
+        body: new URLSearchParams({ grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: testBootstrapClient.clientSecret }),
+      });
+      const { access_token: accessToken } = (await token.json()) as { access_token: string };
+      const authorization = `Bearer ${accessToken}`;
+      expect((await fetch(`${own.url}/api/v1/apps/${randomUUID()}`, { headers: { authorization } })).status).toBe(404);
+      expect((await fetch(`${own.url}/api/v1/apps`, { headers: { authorization: "Bearer not.a.token" } })).status).toBe(401);
+      expect((await fetch(`${own.url}/api/v1/webhooks/incoming/${listenerId}`, { method: "POST", body: "{}" })).status).toBe(404);
+    } finally {
+      await own.close();
+    }
+    const lines = logged
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(lines).toContainEqual(expect.objectContaining({ msg: "accessd listening", version: expect.stringMatching(/^\d+\.\d+\.\d+/), pid: process.pid }));
+    expect(lines).toContainEqual(expect.objectContaining({ msg: "rpc", procedure: "svc.api.app.v1.Apps.Get", code: "not_found", clientId: testBootstrapClient.clientId }));
+    const unauthenticated = lines.find((line) => line.msg === "rpc" && line.code === "unauthenticated");
+    expect(unauthenticated).toBeDefined();
+    expect(unauthenticated).not.toHaveProperty("clientId");
+    expect(lines).toContainEqual(expect.objectContaining({ msg: "webhook refused", reason: "listener_unknown", listenerId: listenerId.slice(0, 64) }));
+  });
+
   it("counts health checks and measures a streamed Watch until it ends", async () => {
     const before = await scrape();
     const health = createClient(Health, createGrpcTransport({ baseUrl: server.url }));

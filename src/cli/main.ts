@@ -10,10 +10,12 @@ import { backupDatabase, type BackupResult } from "../store/backup.js";
 import { rotateDataKey } from "../store/data-key-rotation.js";
 import { ServingLock } from "../store/serving-lock.js";
 import { refuseNonFileDatabase, Store } from "../store/store.js";
+import { accessdVersion } from "../version.js";
 import { webhookCommand } from "./webhook-command.js";
 
 const program = new Command()
   .name("accessd")
+  .version(accessdVersion)
   .description("Access-management API: apps, entitlements, owners, users and webhook-triggered automations.");
 
 program

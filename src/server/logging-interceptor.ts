@@ -2,7 +2,7 @@ import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import { outcomeCodeName } from "./json-error.js";
 import type { UnobservedAnswer } from "./http-server.js";
-import { requestFactsKey } from "./request-context.js";
+import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
 /**
  * One log line per operation, on every protocol: procedure, protocol, outcome, duration.
@@ -19,12 +19,12 @@ export function loggingInterceptor(log: Logger): Interceptor {
     };
     try {
       const res = await next(req);
-      log.info({ ...fields, code: "ok", durationMs: elapsed(started) }, "rpc");
+      log.info({ ...fields, ...callerOf(facts), code: "ok", durationMs: elapsed(started) }, "rpc");
       return res;
     } catch (e) {
       const code = outcomeCodeName(e, req.signal);
       const level = rpcLogLevel(code);
-      log[level]({ ...fields, code, durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) }, "rpc");
+      log[level]({ ...fields, ...callerOf(facts), code, durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) }, "rpc");
       throw e;
     }
   };
@@ -54,6 +54,11 @@ export function logUnobservedAnswer(log: Logger, answer: UnobservedAnswer): void
     durationMs: Math.round(seconds * 100_000) / 100,
   };
   log[rpcLogLevel(code)](fields, "rpc");
+}
+
+/** The caller's client id, once its token was verified (an unauthenticated call has none). */
+function callerOf(facts: RequestFacts): { clientId?: string } {
+  return facts.clientId === undefined ? {} : { clientId: facts.clientId };
 }
 
 function elapsed(started: number): number {

@@ -20,6 +20,8 @@ export interface RequestFacts {
    * (`HttpServer`'s `onUnobservedAnswer`), so that every API answer is in the metrics and the log.
    */
   observed?: boolean;
+  /** The caller's client id, once the authorization interceptor has verified its token (for the log). */
+  clientId?: string;
 }
 
 export const requestFactsKey = createContextKey<RequestFacts>({

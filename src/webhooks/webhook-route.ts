@@ -9,6 +9,9 @@ import { webhookPathPrefix } from "./endpoint-url.js";
 import type { WebhookOutcome, WebhookPipeline } from "./pipeline.js";
 import { Rejection } from "./rejection.js";
 
+/** Listener ids are 24 characters (144 random bits, base64url); a longer one is no listener's. */
+const maxLoggedListenerIdLength = 64;
+
 /** Told each request's verdict: a stable reason (`accepted`, `signature_mismatch`, ...) and the status. */
 export type VerdictObserver = (reason: string, status: number) => void;
 
@@ -32,10 +35,11 @@ export function webhookRoute(
         });
         return;
       }
+      const listenerId = path.slice(webhookPathPrefix.length);
       let outcome: WebhookOutcome;
       try {
         outcome = await pipeline.run({
-          listenerId: path.slice(webhookPathPrefix.length),
+          listenerId,
           peerAddress: facts.peerAddress,
           headers: req.headers,
           body: bodySource(req),
@@ -49,7 +53,15 @@ export function webhookRoute(
       if (verdict instanceof Rejection) {
         onVerdict(verdict.reason, verdict.status);
         log.info(
-          { requestId: facts.requestId, status: verdict.status, reason: verdict.reason, eventId: outcome.facts.eventId, sourceIp: outcome.facts.sourceIp },
+          {
+            requestId: facts.requestId,
+            // As sent (an unknown one too), cut: the path is the sender's to make as long as it likes.
+            listenerId: listenerId.slice(0, maxLoggedListenerIdLength),
+            status: verdict.status,
+            reason: verdict.reason,
+            eventId: outcome.facts.eventId,
+            sourceIp: outcome.facts.sourceIp,
+          },
           "webhook refused",
         );
         // A body left unread is not drained: the connection is closed instead (HTTP/1.1 only).
