@@ -1,4 +1,4 @@
-import type { Interceptor } from "@connectrpc/connect";
+import type { Interceptor, StreamResponse } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import { outcomeCodeName } from "./json-error.js";
 import type { UnobservedAnswer } from "./http-server.js";
@@ -17,17 +17,39 @@ export function loggingInterceptor(log: Logger): Interceptor {
       protocol: facts.protocol,
       procedure: `${req.service.typeName}.${req.method.name}`,
     };
-    try {
-      const res = await next(req);
-      log.info({ ...fields, ...callerOf(facts), code: "ok", durationMs: elapsed(started) }, "rpc");
-      return res;
-    } catch (e) {
-      const code = outcomeCodeName(e, req.signal);
+    let logged = false;
+    const logOutcome = (code: string, error?: unknown): void => {
+      if (logged) return;
+      logged = true;
       const level = rpcLogLevel(code);
-      log[level]({ ...fields, ...callerOf(facts), code, durationMs: elapsed(started), ...(level === "error" ? { err: e } : {}) }, "rpc");
+      log[level]({ ...fields, ...callerOf(facts), code, durationMs: elapsed(started), ...(level === "error" ? { err: error } : {}) }, "rpc");
+    };
+    let res;
+    try {
+      res = await next(req);
+    } catch (e) {
+      logOutcome(outcomeCodeName(e, req.signal), e);
       throw e;
     }
+    if (!res.stream) {
+      logOutcome("ok");
+      return res;
+    }
+    // A stream (Health Watch) is logged when it ends, with its outcome and its whole duration, as
+    // the metrics count it; a cancelled one may never be iterated again, so the signal says so.
+    req.signal.addEventListener("abort", () => logOutcome("canceled"), { once: true });
+    return { ...res, message: followStream(res.message, logOutcome, req.signal) } satisfies StreamResponse;
   };
+}
+
+async function* followStream<O>(messages: AsyncIterable<O>, ended: (code: string, error?: unknown) => void, signal: AbortSignal): AsyncIterable<O> {
+  try {
+    yield* messages;
+    ended("ok");
+  } catch (e) {
+    ended(outcomeCodeName(e, signal), e);
+    throw e;
+  }
 }
 
 /**
