@@ -16,7 +16,10 @@ export async function readBody(req: NodeRequest, limit: number): Promise<Buffer>
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
+  // Not destroyed when the cap stops the loop: that reset the connection before the 413 could be
+  // read (HTTP/1.1) or did nothing to the stream (HTTP/2); the rest is discarded once the answer
+  // is sent (request-deadline.ts).
+  for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
     size += chunk.length;
     if (size > limit) throw new BodyTooLargeError(limit);
     chunks.push(chunk);

@@ -8,7 +8,8 @@ import { isHttp2Request, type NodeRequest, type NodeResponse, writeJsonError } f
  *
  * - its body must arrive within `timeoutMs` of its headers (a client that stalls or trickles the
  *   body): else 408 with the JSON error shape if no response has started, then the request is
- *   destroyed, which frees the handler waiting on the body and the connection. Node's own
+ *   destroyed (HTTP/2: its stream closed), which frees the handler waiting on the body and the
+ *   connection. Node's own
  *   `requestTimeout` is enforced by a periodic check an http.Server starts when it listens;
  *   httpolyglot's inner HTTP/1.1 server never listens itself, so that check never runs, and http2
  *   servers have no such timeout at all. This covers both.
@@ -22,16 +23,55 @@ export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs:
   const timer = setTimeout(() => {
     if (!req.complete) cutIncompleteRequest(req, res, timeoutMs);
   }, timeoutMs).unref();
-  res.once("close", () => clearTimeout(timer));
+  res.once("close", () => {
+    clearTimeout(timer);
+    if (res.writableFinished && !req.complete && !req.destroyed) discardRestOfBody(req, timeoutMs, () => req.destroy());
+  });
   cutStalledHttp1Answer(req, res, timeoutMs);
 }
 
+/**
+ * Most of an HTTP/1.1 request body accessd throws away after answering before it all arrived.
+ * A refusal of a body too large reads at most its limit (1 MiB on the API) before it answers.
+ */
+export const maxDiscardedBodyBytes = 8 * 1024 * 1024;
+
+/**
+ * After an answer given before the request's body all arrived (a refusal: too large, an unknown
+ * listener, a bad signature), the rest of the body is read and thrown away, so that the client,
+ * still sending, takes its answer and the connection goes on. HTTP/1.1: a socket closed with
+ * bytes unread is reset, and the client's reads fail with ECONNRESET (2 of 5 chunked 2 MB bodies
+ * sent to the API lost their 413 so). HTTP/2: a body left unread holds the client's flow-control
+ * window shut and the stream open (a stream reset after the answer instead, as RFC 9113 8.1
+ * allows, can overtake a gRPC answer's trailers: grpc-js then waited for its deadline, and Node's
+ * client waits for good on a NO_ERROR reset while it still has bytes to send). At most
+ * `maxDiscardedBodyBytes` and `timeoutMs`; past either, `cut` ends the connection or stream.
+ */
+function discardRestOfBody(req: NodeRequest, timeoutMs: number, cut: () => void): void {
+  let discarded = 0;
+  const timer = setTimeout(cut, timeoutMs).unref();
+  const stop = (): void => clearTimeout(timer);
+  req.on("data", (chunk: Buffer) => {
+    discarded += chunk.length;
+    if (discarded > maxDiscardedBodyBytes) {
+      stop();
+      cut();
+    }
+  });
+  req.once("end", stop);
+  req.once("close", stop);
+  req.resume();
+}
+
 function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+  // An HTTP/2 request's destroy() leaves its stream open: the stream itself is reset.
   if (res.headersSent) {
-    req.destroy();
+    if (res instanceof Http2ServerResponse) res.stream.close(http2Constants.NGHTTP2_CANCEL);
+    else req.destroy();
     return;
   }
-  res.once("finish", () => req.destroy());
+  if (res instanceof Http2ServerResponse) res.stream.once("finish", () => cutOnceAnswered(res));
+  else res.once("finish", () => req.destroy());
   writeJsonError(
     res,
     Code.DeadlineExceeded,
@@ -74,6 +114,26 @@ function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeo
     timer.refresh();
   }, timeoutMs).unref();
   res.once("close", () => clearTimeout(timer));
+  // An answer given before the client sent all of its body: the rest is read and discarded.
+  // Left unread, a body that outgrew the flow-control window kept the client waiting for good and
+  // its stream open. A request that can no longer be read (connect-es destroys one whose message
+  // is too large) has its stream reset once the answer is out, as a 408's.
+  stream.once("finish", () => {
+    if (stream.closed || stream.destroyed || stream.state.remoteClose === 1) return;
+    if (req.destroyed) cutOnceAnswered(res);
+    else discardRestOfBody(req, timeoutMs, () => stream.close(http2Constants.NGHTTP2_CANCEL));
+  });
+}
+
+/**
+ * A 408's stream: reset (CANCEL) once its answer has been sent to its end, trailers and all. A
+ * reset sent with the answer still queued could overtake it.
+ */
+function cutOnceAnswered(res: Http2ServerResponse, triesLeft = 100): void {
+  const { stream } = res;
+  if (stream.closed || stream.destroyed) return;
+  if (stream.state.localClose === 1 || triesLeft === 0) stream.close(http2Constants.NGHTTP2_CANCEL);
+  else setTimeout(() => cutOnceAnswered(res, triesLeft - 1), 10).unref();
 }
 
 const stalledAnswerTimer = Symbol("accessd.stalledAnswerTimer");

@@ -64,9 +64,8 @@ export function webhookRoute(
           },
           "webhook refused",
         );
-        // A body left unread is not drained: the connection is closed instead (HTTP/1.1 only).
-        const close = !outcome.facts.bodyConsumed && !isHttp2Request(req) && !req.complete;
-        writeJsonError(res, verdict.code, verdict.message, verdict.status, close ? { connection: "close" } : {});
+        // A body left unread is discarded once the answer is sent (HTTP/2: the stream is closed).
+        writeJsonError(res, verdict.code, verdict.message, verdict.status);
         return;
       }
       onVerdict("accepted", 200);

@@ -2,6 +2,7 @@ import { once } from "node:events";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import * as grpc from "@grpc/grpc-js";
 import { connect as http2Connect, constants as http2Constants, type ClientHttp2Session, type ClientHttp2Stream } from "node:http2";
+import { Agent, request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -227,7 +228,9 @@ describe("slow clients", () => {
       const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
       expect(headers[":status"]).toBe(408);
       expect(Date.now() - started).toBeLessThan(requestTimeoutMs + slackMs);
-      stream.destroy();
+      // And the stream is reset once the 408 is sent: a request's destroy() left it open for good.
+      await once(stream, "close");
+      expect(stream.rstCode).toBe(http2Constants.NGHTTP2_CANCEL);
 
       const health = client.request({ ":path": "/healthz" });
       const [answer] = (await once(health, "response")) as [Record<string, string | number>];
@@ -236,6 +239,109 @@ describe("slow clients", () => {
     } finally {
       client.close();
     }
+  });
+
+  describe("a body refused before it all arrived", () => {
+    /** POSTs `size` bytes to `path` in 64 KB chunks (no Content-Length), on `agent`'s connection. */
+    function postChunked(path: string, size: number, headers: Record<string, string>, agent: Agent): Promise<{ status: number | string; body: string; reused: boolean }> {
+      return new Promise((resolve) => {
+        const req = httpRequest({ host: "127.0.0.1", port: server.address.port, method: "POST", path, agent, headers: { ...headers, "transfer-encoding": "chunked" } }, (res) => {
+          let body = "";
+          res.on("data", (chunk: Buffer) => (body += chunk.toString()));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body, reused: req.reusedSocket }));
+        });
+        req.on("error", (error: NodeJS.ErrnoException) => resolve({ status: error.code ?? "error", body: "", reused: req.reusedSocket }));
+        const chunk = Buffer.alloc(64 * 1024, 0x20);
+        let sent = 0;
+        const pump = (): void => {
+          while (sent < size) {
+            sent += chunk.length;
+            if (!req.write(chunk)) {
+              req.once("drain", pump);
+              return;
+            }
+          }
+          req.end();
+        };
+        pump();
+      });
+    }
+
+    it("answers it over HTTP/1.1 every time (no connection reset before the answer), and the connection serves the next request", async () => {
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      try {
+        const json = { ...server.headers, "content-type": "application/json" };
+        const answers = [];
+        for (let i = 0; i < 5; i++) answers.push(await postChunked("/api/v1/apps", 2_000_000, json, agent));
+        const hookBody = "x".repeat(100);
+        for (let i = 0; i < 5; i++) answers.push(await postChunked(new URL(hook.postUrl).pathname, 300_000, hmacHeaders(hook, hookBody), agent));
+        expect(answers.map((a) => a.status)).toEqual(Array(10).fill(413));
+        // The rest of each body was read and discarded: the next request rides the same connection.
+        const next = await new Promise<{ status: number; reused: boolean }>((resolve, reject) => {
+          const req = httpRequest({ host: "127.0.0.1", port: server.address.port, path: "/healthz", agent }, (res) => {
+            res.resume();
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, reused: req.reusedSocket }));
+          });
+          req.on("error", reject);
+          req.end();
+        });
+        expect(next).toEqual({ status: 200, reused: true });
+      } finally {
+        agent.destroy();
+      }
+    });
+
+    it("answers it over HTTP/2 and then reads the rest, so the stream ends; past 8 MiB more, or a request connect-es destroyed, the stream is reset", async () => {
+      const client = http2Connect(server.url);
+      client.on("error", () => {});
+      const post = async (size: number, path = "/api/v1/apps") => {
+        const stream = client.request({ ":method": "POST", ":path": path, "content-type": "application/json", ...server.headers });
+        let status: unknown;
+        stream.on("response", (headers) => (status = headers[":status"]));
+        stream.resume();
+        stream.on("error", () => {});
+        const chunk = Buffer.alloc(64 * 1024, 0x20);
+        let sent = 0;
+        const pump = (): void => {
+          while (sent < size && !stream.destroyed) {
+            sent += chunk.length;
+            if (!stream.write(chunk)) {
+              stream.once("drain", pump);
+              return;
+            }
+          }
+          if (!stream.destroyed) stream.end();
+        };
+        pump();
+        const closed = await Promise.race([once(stream, "close").then(() => "closed"), new Promise((resolve) => setTimeout(() => resolve("still open"), 5_000))]);
+        return { status, closed, rstCode: stream.rstCode };
+      };
+      try {
+        // Before: the client's upload waited for a window that never came, and the stream stayed open.
+        expect(await post(2_000_000)).toEqual({ status: 413, closed: "closed", rstCode: http2Constants.NGHTTP2_NO_ERROR });
+        expect(await post(12_000_000)).toEqual({ status: 413, closed: "closed", rstCode: http2Constants.NGHTTP2_CANCEL });
+        // connect-es refuses a message over its limit and destroys the request: reset once answered.
+        expect(await post(2_000_000, "/svc.api.app.v1.Apps/Create")).toEqual({ status: 429, closed: "closed", rstCode: http2Constants.NGHTTP2_CANCEL });
+      } finally {
+        client.close();
+      }
+    });
+
+    it("answers grpc-js a message over the limit with RESOURCE_EXHAUSTED at once, trailers and all", async () => {
+      const client = new grpc.Client(`127.0.0.1:${server.address.port}`, grpc.credentials.createInsecure());
+      const metadata = new grpc.Metadata();
+      metadata.set("authorization", server.headers.authorization ?? "");
+      try {
+        const started = Date.now();
+        const error = await new Promise<grpc.ServiceError | null>((resolve) => {
+          client.makeUnaryRequest("/svc.api.app.v1.Apps/Create", (bytes: Buffer) => bytes, (bytes: Buffer) => bytes, Buffer.alloc(2_000_000, 1), metadata, { deadline: Date.now() + 10_000 }, (err) => resolve(err));
+        });
+        expect(error?.code).toBe(grpc.status.RESOURCE_EXHAUSTED);
+        expect(Date.now() - started).toBeLessThan(3_000);
+      } finally {
+        client.close();
+      }
+    });
   });
 
   it("closes an HTTP/1.1 connection whose client stops reading its answers after the request timeout", async () => {
