@@ -2,6 +2,7 @@ import { connect as http2Connect } from "node:http2";
 import { PassThrough } from "node:stream";
 import { gunzipSync } from "node:zlib";
 import { request as httpRequest } from "node:http";
+import { connect as netConnect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppEntitlementOwners } from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
 import { configDefaults } from "../src/config.js";
@@ -265,6 +266,43 @@ describe("query parameters", () => {
   it("answers 400 to query parameters on a body:\"*\" route", async () => {
     const res = await server.call("POST", "/api/v1/users?displayName=Ada", {});
     expect(res.status).toBe(400);
+  });
+
+  it("takes an empty enum parameter as unset, like every other empty one (?state= was a 400)", async () => {
+    expect((await server.call("GET", "/api/v1/automation_executions?state=&page_size=")).status).toBe(200);
+  });
+
+  it("answers 400 to a number that is not decimal (protobuf-es took ?page_size=0x10 as 16)", async () => {
+    for (const size of ["0x10", "0b11", "0o7"]) {
+      const error = await jsonError(await server.call("GET", `/api/v1/apps?page_size=${size}`));
+      expect(error).toMatchObject({ status: 400, body: { code: "invalid_argument", message: `query parameter page_size is not a decimal number: ${size}` } });
+    }
+    expect((await server.call("GET", "/api/v1/apps?page_size=1e1")).status).toBe(200); // proto3 JSON allows exponents
+  });
+});
+
+describe("what is not REST's", () => {
+  it("ignores Connect's and gRPC's own headers on a REST call (Connect-Timeout-Ms: abc was a 400 protocol error)", async () => {
+    const res = await server.call("GET", "/api/v1/apps", undefined, { "connect-timeout-ms": "abc", "connect-protocol-version": "7", "grpc-timeout": "x" });
+    expect(res.status).toBe(200);
+  });
+
+  it("answers CONNECT with a JSON 405 (it went unanswered: the connection was dropped)", async () => {
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = netConnect(server.address.port, "127.0.0.1", () => socket.write("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"));
+      let text = "";
+      socket.on("data", (chunk: Buffer) => (text += chunk.toString()));
+      socket.on("end", () => resolve(text));
+      socket.on("error", reject);
+    });
+    expect(raw).toMatch(/^HTTP\/1\.1 405 /);
+    expect(JSON.parse(raw.slice(raw.indexOf("\r\n\r\n") + 4))).toEqual({ code: "unimplemented", message: "CONNECT is not allowed on example.com:443: accessd is not a proxy" });
+  });
+
+  it("names an update mask's unknown field as a JSON client wrote it", async () => {
+    const appId = await createApp(server);
+    const error = await jsonError(await server.call("POST", `/api/v1/apps/${appId}`, { app: { displayName: "x" }, updateMask: "createdAt" }));
+    expect(error.body.message).toBe('updateMask names "createdAt" ("created_at"), which is not one of displayName, description');
   });
 });
 

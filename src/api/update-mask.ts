@@ -18,7 +18,10 @@ export function fieldsToWrite<K extends string>(
   for (const path of mask.paths) {
     const name = names.find((n) => n === path || writable[n] === path);
     if (name === undefined) {
-      throw invalidArgument(`updateMask names "${path}", which is not one of ${names.join(", ")}`);
+      // The path as a JSON client wrote it (protobuf-es gives the proto name: createdAt -> created_at).
+      const jsonPath = path.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
+      const shown = jsonPath === path ? `"${path}"` : `"${jsonPath}" ("${path}")`;
+      throw invalidArgument(`updateMask names ${shown}, which is not one of ${names.join(", ")}`);
     }
     chosen.add(name);
   }

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import type { Server as HttpServerBase } from "node:http";
+import type { IncomingMessage, Server as HttpServerBase } from "node:http";
 import type { Http2Server, Http2Session, ServerHttp2Session, ServerHttp2Stream } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { finished } from "node:stream/promises";
@@ -107,6 +107,9 @@ export class HttpServer {
     this.server.on("clientError", (error: Error, socket: Socket) => {
       answerClientError(error, socket, this.responses.get(socket)?.headersSent === true);
     });
+    // CONNECT (a proxy's tunnel request) never reaches 'request': without a listener Node drops
+    // the connection unanswered. accessd is no proxy: 405 in the JSON error shape, then close.
+    innerServers(this.server).http1?.on("connect", (req: IncomingMessage, socket: Socket) => refuseConnectMethod(req, socket));
     cutIdleConnections(this.server, {
       silentMs: headersTimeoutMs(options.requestTimeoutMs),
       // Longer than the request timeout: a stream stalled mid-body is cut with 408 first (which is
@@ -278,6 +281,15 @@ export class HttpServer {
  */
 function startHeaderTimeouts(server: ReturnType<typeof httpolyglot.createServer>): void {
   innerServers(server).http1?.emit("listening");
+}
+
+function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
+  const body = JSON.stringify({ code: "unimplemented", message: `CONNECT is not allowed on ${(req.url ?? "/").slice(0, 200)}: accessd is not a proxy` });
+  socket.end(
+    `HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `connection: close\r\n\r\n${body}`,
+  );
+  socket.on("error", () => {}); // the client may be gone already
 }
 
 /** How long a client may take to send a request's headers: the request timeout, at most 10 s. */

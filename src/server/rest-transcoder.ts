@@ -132,6 +132,8 @@ export class RestTranscoder {
       if (name.startsWith(":") || value === undefined) continue;
       if (name === "content-length" || name === "content-encoding" || name === "transfer-encoding") continue;
       if (name === "accept-encoding") continue; // the JSON is completed below, so it must stay plain
+      // Connect's and gRPC's own headers are not REST's: `Connect-Timeout-Ms: abc` was a 400 "protocol error".
+      if (name.startsWith("connect-") || name.startsWith("grpc-")) continue;
       header.set(name, Array.isArray(value) ? value.join(", ") : value);
     }
     header.set("content-type", "application/json");
@@ -290,7 +292,12 @@ function setField(
     const value = values[0] ?? "";
     // `?page_size=` (a form or SDK that writes unset fields empty): the field's default, as an
     // absent one, like the empty `page_token=` that asks for the first page (spec 4.3 rule 4).
-    if (value === "" && field.fieldKind === "scalar" && field.scalar !== ScalarType.STRING && field.scalar !== ScalarType.BYTES) return;
+    const textual = field.fieldKind === "scalar" && (field.scalar === ScalarType.STRING || field.scalar === ScalarType.BYTES);
+    if (value === "" && (field.fieldKind === "enum" || (field.fieldKind === "scalar" && !textual))) return;
+    if (field.fieldKind === "scalar" && numericScalars.has(field.scalar) && !decimalNumber.test(value)) {
+      // protobuf-es reads numbers with Number(), which takes 0x10 and 0b11 too; proto3 JSON does not.
+      throw new RestRequestError(`${source} parameter ${shown} is not a decimal number: ${value.slice(0, 64)}`);
+    }
     if (field.fieldKind === "scalar") target[field.jsonName] = textToJson(field.scalar, value);
     else if (field.fieldKind === "enum") target[field.jsonName] = textToJson("enum", value);
     else if (field.fieldKind === "message" && field.message.typeName.startsWith("google.protobuf.")) {
@@ -315,6 +322,14 @@ function refuseDuplicateKeys(input: DescMessage, text: string): void {
     // Any other fault of the body is the handler's to name, in its own words.
   }
 }
+
+const numericScalars = new Set([
+  ScalarType.INT32, ScalarType.INT64, ScalarType.UINT32, ScalarType.UINT64, ScalarType.SINT32, ScalarType.SINT64,
+  ScalarType.FIXED32, ScalarType.FIXED64, ScalarType.SFIXED32, ScalarType.SFIXED64, ScalarType.FLOAT, ScalarType.DOUBLE,
+]);
+
+/** A number as proto3 JSON writes one in a string: decimal, with a fraction and an exponent, or NaN and the infinities. */
+const decimalNumber = /^(-?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|NaN|-?Infinity)$/;
 
 const int32Max = 2 ** 31 - 1;
 const int32Min = -(2 ** 31);
