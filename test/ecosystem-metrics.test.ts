@@ -200,6 +200,10 @@ describe("/metrics", () => {
     expect(text).toMatch(/^nodejs_eventloop_lag_seconds \d/m);
     expect(text).toMatch(/^nodejs_eventloop_lag_p99_seconds \d/m);
     expect(text).toMatch(/^process_resident_memory_bytes \d/m);
+    // Only counters end in _total (promtool refuses prom-client's nodejs_active_handles_total gauges).
+    const gaugesNamedTotal = [...text.matchAll(/^# TYPE (\w+_total) (\w+)$/gm)].filter((m) => m[2] !== "counter").map((m) => m[1]);
+    expect(gaugesNamedTotal).toEqual([]);
+    expect(text).toMatch(/^nodejs_active_handles\{type="\w+"\} \d/m);
   });
 
   it("answers 405 to anything but GET", async () => {

@@ -8,6 +8,9 @@ export interface MetricsOptions {
   processMetrics?: boolean;
 }
 
+/** prom-client default metrics that are gauges with a counter's `_total` suffix. */
+const gaugesNamedLikeCounters = new Set(["nodejs_active_handles_total", "nodejs_active_requests_total", "nodejs_active_resources_total"]);
+
 /** The token endpoint's outcomes (RFC 6749 error codes it answers, and `issued`). */
 const tokenOutcomes = ["issued", "invalid_request", "invalid_client", "unsupported_grant_type", "slow_down", "temporarily_unavailable"];
 
@@ -106,7 +109,17 @@ export class Metrics {
         this.inc(self.droppedLogLinesSource?.() ?? 0);
       },
     });
-    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    if (options.processMetrics ?? true) {
+      // prom-client's defaults, less its gauges named like counters (`nodejs_active_handles_total`
+      // and the like: `promtool check metrics` refuses them; `nodejs_active_handles` and the
+      // others stay, by type).
+      const defaults = new Registry();
+      collectDefaultMetrics({ register: defaults });
+      for (const { name } of defaults.getMetricsAsArray()) {
+        const metric = defaults.getSingleMetric(name);
+        if (metric !== undefined && !gaugesNamedLikeCounters.has(name)) this.registry.registerMetric(metric);
+      }
+    }
   }
 
   /** One API operation answered (the metrics interceptor calls this for every protocol). */
