@@ -2,14 +2,10 @@ import { scrypt } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
-import { PassThrough } from "node:stream";
 import { SignJWT, type JWTPayload } from "jose";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
 import { ManualClock } from "../src/clock.js";
-import { configDefaults } from "../src/config.js";
-import { createLogger } from "../src/logger.js";
-import { startAccessd } from "../src/main.js";
 import {
   connectCall,
   createKeyClient,
@@ -20,7 +16,7 @@ import {
   signAssertion,
   type ClientKey,
 } from "./support/auth-helpers.js";
-import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
+import { startLoggedAccessd, startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 
 const clock = new ManualClock(Date.parse("2026-03-01T12:00:00Z"));
 let server: TestServer;
@@ -446,13 +442,7 @@ describe("brute-force limiter", () => {
 
 describe("secrets and tokens in logs", () => {
   it("never writes a client secret, assertion or access token to the log", async () => {
-    let logged = "";
-    const sink = new PassThrough();
-    sink.on("data", (c: Buffer) => (logged += c.toString()));
-    const accessd = await startAccessd(
-      { ...configDefaults, port: 0, database: ":memory:", logLevel: "trace", bootstrapClient: testBootstrapClient },
-      createLogger("trace", sink),
-    );
+    const { accessd, text } = await startLoggedAccessd("trace");
     try {
       const post = (body: string) =>
         fetch(`${accessd.url}/auth/v1/token`, {
@@ -469,6 +459,7 @@ describe("secrets and tokens in logs", () => {
     } finally {
       await accessd.close();
     }
+    const logged = text();
     expect(logged).toContain("token request refused");
     for (const secret of [testBootstrapClient.clientSecret, "wrong-secret-value", "forged.token.value"]) {
       expect(logged).not.toContain(secret);
@@ -479,13 +470,7 @@ describe("secrets and tokens in logs", () => {
 
 describe("token requests in the log and the metrics", () => {
   it("logs every grant and refusal with the client id as given and the source address, and counts them by outcome", async () => {
-    let logged = "";
-    const sink = new PassThrough();
-    sink.on("data", (c: Buffer) => (logged += c.toString()));
-    const accessd = await startAccessd(
-      { ...configDefaults, port: 0, database: ":memory:", logLevel: "info", bootstrapClient: testBootstrapClient },
-      createLogger("info", sink),
-    );
+    const { accessd, lines: logLines } = await startLoggedAccessd("info");
     let metrics = "";
     try {
       const post = (clientId: string, secret: string) =>
@@ -501,10 +486,7 @@ describe("token requests in the log and the metrics", () => {
     } finally {
       await accessd.close();
     }
-    const lines = logged
-      .trim()
-      .split("\n")
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const lines = logLines();
     expect(lines).toContainEqual(
       expect.objectContaining({ msg: "token issued", clientId: testBootstrapClient.clientId, sourceIp: "127.0.0.1", expiresIn: 3600 }),
     );

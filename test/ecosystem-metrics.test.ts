@@ -1,18 +1,15 @@
 import { randomUUID } from "node:crypto";
-import { PassThrough } from "node:stream";
 import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { ManualClock } from "../src/clock.js";
-import { reusedWhenSlow, startAccessd } from "../src/main.js";
-import { configDefaults } from "../src/config.js";
-import { createLogger } from "../src/logger.js";
+import { reusedWhenSlow } from "../src/main.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
 import { requestFactsKey } from "../src/server/request-context.js";
-import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
+import { startLoggedAccessd, startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
 let server: TestServer;
@@ -75,13 +72,7 @@ describe("/metrics", () => {
   });
 
   it("counts and logs API requests answered before their handler: REST and Connect bodies refused, unknown paths and methods", async () => {
-    let logged = "";
-    const sink = new PassThrough();
-    sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
-    const own = await startAccessd(
-      { ...configDefaults, port: 0, database: ":memory:", logLevel: "info", bootstrapClient: testBootstrapClient },
-      createLogger("info", sink),
-    );
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
     try {
       const post = (path: string, body: string, contentType = "application/json") =>
         fetch(`${own.url}${path}`, { method: "POST", headers: { "content-type": contentType, "x-request-id": `refused-${path.length}-${body.length}` }, body });
@@ -107,11 +98,7 @@ describe("/metrics", () => {
       expect(count("connect", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(1);
       expect(count("grpc-web", "unknown", "unimplemented")).toBe(1);
       expect(count("grpc", "svc.api.app.v1.Apps.Get", "unauthenticated")).toBe(1);
-      const lines = logged
-        .trim()
-        .split("\n")
-        .map((line) => JSON.parse(line) as Record<string, unknown>)
-        .filter((line) => line.msg === "rpc");
+      const lines = logLines().filter((line) => line.msg === "rpc");
       expect(lines).toContainEqual(
         expect.objectContaining({ requestId: "refused-12-9", protocol: "rest", procedure: "svc.api.app.v1.Apps.Create", code: "invalid_argument", status: 400, level: 30 }),
       );
@@ -124,13 +111,7 @@ describe("/metrics", () => {
   });
 
   it("names the caller's client id on rpc lines, the listener on webhook refusals, and its version when it starts listening", async () => {
-    let logged = "";
-    const sink = new PassThrough();
-    sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
-    const own = await startAccessd(
-      { ...configDefaults, port: 0, database: ":memory:", logLevel: "info", bootstrapClient: testBootstrapClient },
-      createLogger("info", sink),
-    );
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
     const listenerId = `no-such-listener-${"x".repeat(100)}`;
     try {
       const token = await fetch(`${own.url}/auth/v1/token`, {
@@ -145,10 +126,7 @@ describe("/metrics", () => {
     } finally {
       await own.close();
     }
-    const lines = logged
-      .trim()
-      .split("\n")
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const lines = logLines();
     expect(lines).toContainEqual(expect.objectContaining({ msg: "accessd listening", version: expect.stringMatching(/^\d+\.\d+\.\d+/), pid: process.pid }));
     expect(lines).toContainEqual(expect.objectContaining({ msg: "rpc", procedure: "svc.api.app.v1.Apps.Get", code: "not_found", clientId: testBootstrapClient.clientId }));
     const unauthenticated = lines.find((line) => line.msg === "rpc" && line.code === "unauthenticated");

@@ -1,3 +1,4 @@
+import { PassThrough } from "node:stream";
 import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
 import { hashSecret } from "../../src/auth/client-secret.js";
 import type { Clock } from "../../src/clock.js";
@@ -100,4 +101,34 @@ export async function startTestServer(overrides: Partial<Config> = {}, options: 
       });
     },
   });
+}
+
+/** An accessd (in-memory, bootstrapped) whose log lines the test reads. */
+export interface LoggedAccessd {
+  accessd: Accessd;
+  /** Every line written so far, raw (for searches over the whole text). */
+  text(): string;
+  /** Every line written so far, parsed. */
+  lines(): Record<string, unknown>[];
+}
+
+/** Starts accessd as startTestServer does, but logging at `level` into memory instead of nowhere. */
+export async function startLoggedAccessd(level: Config["logLevel"] = "info"): Promise<LoggedAccessd> {
+  let logged = "";
+  const sink = new PassThrough();
+  sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
+  const accessd = await startAccessd(
+    { ...configDefaults, port: 0, database: ":memory:", logLevel: level, bootstrapClient: testBootstrapClient },
+    createLogger(level, sink),
+  );
+  return {
+    accessd,
+    text: () => logged,
+    lines: () =>
+      logged
+        .trim()
+        .split("\n")
+        .filter((line) => line !== "")
+        .map((line) => JSON.parse(line) as Record<string, unknown>),
+  };
 }
