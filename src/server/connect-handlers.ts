@@ -58,6 +58,8 @@ export class ConnectHandlers {
     );
     try {
       let uRes = await asApiRefusal(await handler(uReq), path);
+      // Answered already: the request deadline cut the body with 408 while connect-es read it.
+      if (res.headersSent) return;
       if (facts.observed !== true) {
         // Refused before the interceptors (they count and log every call they see): its code, for
         // the HTTP layer's count and line.

@@ -13,7 +13,7 @@ import { type ConnectHandlers, grpcMessageHeader } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
 import { answeredCodeOf, isHttp2Request, noteAnsweredCode, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
 import { protocolOfContentType, type RequestFacts } from "./request-context.js";
-import { enforceDeadlines } from "./request-deadline.js";
+import { enforceDeadlines, RequestTimeoutError } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
 import { storeUnavailableHeaders, storeUnavailableMessage } from "./store-unavailable.js";
 
@@ -176,6 +176,12 @@ export class HttpServer {
         // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
         this.options.log.error({ err: e, requestId, path }, "request failed: the store is unavailable");
         writeJsonError(res, Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
+        return;
+      }
+      if (e instanceof RequestTimeoutError) {
+        // The request deadline cut the body and answered 408 (request-deadline.ts): the handler
+        // that was reading it stops here, having done nothing.
+        this.options.log.info({ requestId, path }, "request cut by its deadline before its body arrived");
         return;
       }
       if (clientWentAway(req, e)) {

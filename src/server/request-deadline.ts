@@ -30,6 +30,15 @@ export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs:
   cutStalledHttp1Answer(req, res, timeoutMs);
 }
 
+/** What a request's body reader meets once the request deadline has cut its body (HTTP/2). */
+export class RequestTimeoutError extends Error {
+  readonly code = "ERR_REQUEST_TIMEOUT";
+  constructor(timeoutMs: number) {
+    super(`the request body did not arrive within ${timeoutMs} ms`);
+    this.name = "RequestTimeoutError";
+  }
+}
+
 /**
  * Most of an HTTP/1.1 request body accessd throws away after answering before it all arrived.
  * A refusal of a body too large reads at most its limit (1 MiB on the API) before it answers.
@@ -64,14 +73,21 @@ function discardRestOfBody(req: NodeRequest, timeoutMs: number, cut: () => void)
 }
 
 function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
-  // An HTTP/2 request's destroy() leaves its stream open: the stream itself is reset.
-  if (res.headersSent) {
-    if (res instanceof Http2ServerResponse) res.stream.close(http2Constants.NGHTTP2_CANCEL);
-    else req.destroy();
+  if (res instanceof Http2ServerResponse) {
+    // The body's reader must fail: reset, an HTTP/2 stream ends its request body as if complete,
+    // and a handler went on to act on what had come (an app created after its client got 408).
+    // An HTTP/2 request's destroy() leaves its stream open: the stream itself is reset.
+    req.on("error", () => {}); // its reader, if one is reading, meets the error; nobody else need
+    req.destroy(new RequestTimeoutError(timeoutMs));
+    if (res.headersSent) res.stream.close(http2Constants.NGHTTP2_CANCEL);
+    else res.stream.once("finish", () => cutOnceAnswered(res));
+  } else if (res.headersSent) {
+    req.destroy();
     return;
+  } else {
+    res.once("finish", () => req.destroy());
   }
-  if (res instanceof Http2ServerResponse) res.stream.once("finish", () => cutOnceAnswered(res));
-  else res.once("finish", () => req.destroy());
+  if (res.headersSent) return;
   writeJsonError(
     res,
     Code.DeadlineExceeded,

@@ -344,6 +344,28 @@ describe("slow clients", () => {
     });
   });
 
+  it("does nothing with an HTTP/2 body cut by the deadline, even one that looks whole (REST and Connect: no app after the 408)", async () => {
+    const client = http2Connect(server.url);
+    client.on("error", () => {});
+    try {
+      for (const path of ["/api/v1/apps", "/svc.api.app.v1.Apps/Create"]) {
+        const displayName = `after the 408 ${path}`;
+        const stream = client.request({ ":method": "POST", ":path": path, "content-type": "application/json", ...server.headers });
+        stream.on("error", () => {});
+        stream.write(JSON.stringify({ displayName })); // all of it, but no END_STREAM
+        const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
+        expect(headers[":status"]).toBe(408);
+        await once(stream, "close");
+        // Reset, the stream once ended its request body as if it were complete, and the handler created the app.
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        const listed = (await (await server.call("GET", "/api/v1/apps?page_size=100")).json()) as { list: { displayName: string }[] };
+        expect(listed.list.map((app) => app.displayName)).not.toContain(displayName);
+      }
+    } finally {
+      client.close();
+    }
+  });
+
   it("closes an HTTP/1.1 connection whose client stops reading its answers after the request timeout", async () => {
     const oneAnswer = (await (await fetch(`${server.url}/openapi.json`)).arrayBuffer()).byteLength;
     const socket = connect({ port: server.address.port, host: "127.0.0.1" });
