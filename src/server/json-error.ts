@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import { constants as http2Constants, Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
@@ -111,7 +111,12 @@ export function writeJsonError(
   headers: Record<string, string> = {},
 ): void {
   if (res.headersSent) {
-    res.destroy();
+    // An answer already complete (the request deadline's 408, say) stands. One cut short is
+    // aborted; over HTTP/2 with CANCEL: a NO_ERROR reset (what destroy() sends) leaves a Node
+    // client that still has body to send waiting for good.
+    if (res.writableEnded) return;
+    if (res instanceof Http2ServerResponse) res.stream.close(http2Constants.NGHTTP2_CANCEL);
+    else res.destroy();
     return;
   }
   const body = JSON.stringify({ code: codeNames[code], message });
