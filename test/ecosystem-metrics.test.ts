@@ -81,6 +81,17 @@ describe("/metrics", () => {
       expect((await fetch(`${own.url}/api/v1/no-such-thing`)).status).toBe(404);
       expect((await fetch(`${own.url}/api/v1/apps`, { method: "PATCH" })).status).toBe(405);
       expect((await post("/svc.api.app.v1.Apps/Create", "{not json")).status).toBe(400);
+      // Refused by connect-es's decoder under REST (an unknown field, an enum name that is none).
+      expect((await post("/api/v1/apps", '{"nme":"x"}')).status).toBe(400);
+      expect((await fetch(`${own.url}/api/v1/automation_executions?state=BOGUS`)).status).toBe(400);
+      // A gRPC-Web body that is no protobuf: its status is in a trailer frame under HTTP 200.
+      const garbled = await fetch(`${own.url}/svc.api.app.v1.Apps/Create`, {
+        method: "POST",
+        headers: { "content-type": "application/grpc-web+proto" },
+        body: new Uint8Array([0, 0, 0, 0, 3, 0xff, 0xff, 0xff]),
+      });
+      expect(garbled.status).toBe(200);
+      await garbled.arrayBuffer();
       const grpc = createClient(Apps, createGrpcTransport({ baseUrl: own.url }));
       // A method the server does not have, through a client that believes it does.
       const unknownMethod = await fetch(`${own.url}/svc.api.app.v1.Apps/Archive`, {
@@ -92,19 +103,24 @@ describe("/metrics", () => {
       await grpc.get({ id: "x" }).catch(() => undefined); // no token: the interceptors count it, once
       const text = await scrape(own as TestServer);
       const count = (protocol: string, operation: string, code: string) => sample(text, "accessd_requests_total", { protocol, operation, code });
-      expect(count("rest", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(2); // bad JSON, and text/plain (415)
       expect(count("rest", "unknown", "not_found")).toBe(1);
       expect(count("rest", "unknown", "unimplemented")).toBe(1); // 405
       expect(count("connect", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(1);
       expect(count("grpc-web", "unknown", "unimplemented")).toBe(1);
       expect(count("grpc", "svc.api.app.v1.Apps.Get", "unauthenticated")).toBe(1);
+      expect(count("rest", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(3); // and the unknown field
+      expect(count("rest", "svc.api.automations.v1.AutomationExecutions.List", "invalid_argument")).toBe(1);
+      expect(count("grpc-web", "svc.api.app.v1.Apps.Create", "internal")).toBe(1); // connect-es's code for it, as grpc-go's
+      expect(sample(text, "accessd_requests_total", { protocol: "grpc-web", operation: "svc.api.app.v1.Apps.Create", code: "ok" })).toBe(0);
       const lines = logLines().filter((line) => line.msg === "rpc");
       expect(lines).toContainEqual(
         expect.objectContaining({ requestId: "refused-12-9", protocol: "rest", procedure: "svc.api.app.v1.Apps.Create", code: "invalid_argument", status: 400, level: 30 }),
       );
       expect(lines).toContainEqual(expect.objectContaining({ protocol: "grpc-web", procedure: "unknown", code: "unimplemented" }));
       expect(lines.filter((line) => line.procedure === "svc.api.app.v1.Apps.Get")).toHaveLength(1);
-      expect(lines).toHaveLength(7);
+      expect(lines).toHaveLength(10);
+      // None at error level: a client's refusal must not fill the log operators alert on.
+      expect(lines.filter((line) => line.level !== 30)).toEqual([]);
     } finally {
       await own.close();
     }

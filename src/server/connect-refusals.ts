@@ -48,14 +48,35 @@ export async function refusalWithCode(res: UniversalServerResponse): Promise<{ r
   if (grpcStatus !== null && grpcStatus !== undefined) {
     return { response: res, code: grpcStatus === "0" ? undefined : (Number(grpcStatus) as Code) };
   }
-  if (res.status < 400) return { response: res, code: undefined };
-  const json = res.header?.get("content-type")?.startsWith("application/json") === true && !res.header.has("content-encoding");
-  if (res.body === undefined || !json) return { response: res, code: Code.Unknown };
+  const contentType = res.header?.get("content-type") ?? "";
+  const grpcWeb = contentType.startsWith("application/grpc-web");
+  if (res.status < 400 && !grpcWeb) return { response: res, code: undefined };
+  const json = contentType.startsWith("application/json") && !res.header?.has("content-encoding");
+  if (res.body === undefined || !(json || grpcWeb)) return { response: res, code: res.status < 400 ? undefined : Code.Unknown };
   const chunks: Uint8Array[] = [];
   for await (const chunk of res.body) chunks.push(chunk);
   const bytes = Buffer.concat(chunks);
+  const response = { ...res, body: once(bytes) };
+  if (grpcWeb) return { response, code: grpcWebTrailerStatus(bytes) };
   const error = parseError(bytes);
-  return { response: { ...res, body: once(bytes) }, code: error === undefined ? Code.Unknown : codeOfName(error.code) };
+  return { response, code: error === undefined ? Code.Unknown : codeOfName(error.code) };
+}
+
+/**
+ * gRPC-Web's status: in a trailer frame at the end of the body (flag 0x80, then header lines),
+ * under an HTTP 200. Undefined for OK or no trailer frame.
+ */
+function grpcWebTrailerStatus(body: Buffer): Code | undefined {
+  for (let at = 0; at + 5 <= body.length; ) {
+    const flags = body[at] ?? 0;
+    const length = body.readUInt32BE(at + 1);
+    if (flags & 0x80) {
+      const status = /(?:^|\r\n)grpc-status:\s*(\d+)/i.exec(body.subarray(at + 5, at + 5 + length).toString("latin1"))?.[1];
+      return status === undefined || status === "0" ? undefined : (Number(status) as Code);
+    }
+    at += 5 + length;
+  }
+  return undefined;
 }
 
 function jsonError(res: UniversalServerResponse, status: number, code: Code, message: string): UniversalServerResponse {

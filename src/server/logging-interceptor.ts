@@ -75,7 +75,10 @@ export function logUnobservedAnswer(log: Logger, answer: UnobservedAnswer): void
     status,
     durationMs: Math.round(seconds * 100_000) / 100,
   };
-  log[rpcLogLevel(code)](fields, "rpc");
+  // Info, whatever the code: the request never reached a handler, so what went wrong was the
+  // client's (connect-es calls a protobuf body it cannot parse `internal`), and an unauthenticated
+  // client must not be able to fill the error log. A failure of the server there is logged apart.
+  log.info(fields, "rpc");
 }
 
 /** The caller's client id, once its token was verified (an unauthenticated call has none). */

@@ -11,7 +11,8 @@ import {
 import { Code, createContextValues } from "@connectrpc/connect";
 import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { httpBindingsOfMethod } from "./http-bindings.js";
-import { type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
+import { type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
+import { refusalWithCode } from "./connect-refusals.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
 import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
@@ -153,7 +154,14 @@ export class RestTranscoder {
       signal: abort.signal,
       contextValues: createContextValues().set(requestFactsKey, facts),
     });
-    const answered = await withRepeatedFieldsPresent(response, match.route.rpc.output);
+    let answered = await withRepeatedFieldsPresent(response, match.route.rpc.output);
+    if (facts.observed !== true) {
+      // Refused by connect-es's decoder before the interceptors (an unknown field, an enum name
+      // that is none): its code, for the HTTP layer's count and line.
+      const refusal = await refusalWithCode(answered);
+      answered = refusal.response;
+      if (refusal.code !== undefined) noteAnsweredCode(res, refusal.code);
+    }
     // A HEAD answer has no body. Node leaves it out over HTTP/1.1 itself, but over HTTP/2 the
     // stream of a HEAD request ends with its headers, and writing the body after them broke the
     // answer (the client saw the stream end without headers).
