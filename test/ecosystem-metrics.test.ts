@@ -1,4 +1,6 @@
 import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -124,6 +126,49 @@ describe("/metrics", () => {
     } finally {
       await own.close();
     }
+  });
+
+  it("times a refusal to its answer, not to the end of its stream (over HTTP/2 the rest of a refused body is read for as long as the client sends)", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
+    const client = http2Connect(own.url);
+    client.on("error", () => {});
+    try {
+      const stream = client.request({ ":method": "POST", ":path": "/api/v1/apps", "content-type": "application/json", "x-request-id": "timed-refusal" });
+      stream.on("error", () => {});
+      stream.resume();
+      stream.write(Buffer.alloc(1_200_000, 0x20)); // past the 1 MiB limit: 413 at once
+      const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
+      expect(headers[":status"]).toBe(413);
+      for (let i = 0; i < 8; i++) {
+        stream.write(Buffer.alloc(1_000, 0x20)); // and the client goes on sending for a while
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      stream.end();
+      await once(stream, "close");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    } finally {
+      client.close();
+      await own.close();
+    }
+    const line = logLines().find((l) => l.msg === "rpc" && l.requestId === "timed-refusal");
+    expect(line).toMatchObject({ code: "resource_exhausted", status: 413 });
+    expect(line?.durationMs).toBeLessThan(500); // the stream lasted 800 ms more
+  });
+
+  it("counts a stream ended by its deadline as deadline_exceeded, not canceled", async () => {
+    const before = await scrape();
+    const client = http2Connect(server.url);
+    try {
+      const stream = client.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers", "grpc-timeout": "300m" });
+      stream.on("error", () => {});
+      stream.resume();
+      stream.end(Buffer.from([0, 0, 0, 0, 0]));
+      await once(stream, "close");
+    } finally {
+      client.close();
+    }
+    const watch = { protocol: "grpc", operation: "grpc.health.v1.Health.Watch", code: "deadline_exceeded" };
+    await expect.poll(async () => sample(await scrape(), "accessd_requests_total", watch) - sample(before, "accessd_requests_total", watch)).toBe(1);
   });
 
   it("names the caller's client id on rpc lines, the listener on webhook refusals, and its version when it starts listening", async () => {

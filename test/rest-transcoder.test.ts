@@ -287,7 +287,7 @@ describe("what is not REST's", () => {
     expect(res.status).toBe(200);
   });
 
-  it("answers CONNECT with a JSON 405 (it went unanswered: the connection was dropped)", async () => {
+  it("answers CONNECT with a JSON 501 and closes the connection (it went unanswered: the connection was dropped)", async () => {
     const raw = await new Promise<string>((resolve, reject) => {
       const socket = netConnect(server.address.port, "127.0.0.1", () => socket.write("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"));
       let text = "";
@@ -295,8 +295,8 @@ describe("what is not REST's", () => {
       socket.on("end", () => resolve(text));
       socket.on("error", reject);
     });
-    expect(raw).toMatch(/^HTTP\/1\.1 405 /);
-    expect(JSON.parse(raw.slice(raw.indexOf("\r\n\r\n") + 4))).toEqual({ code: "unimplemented", message: "CONNECT is not allowed on example.com:443: accessd is not a proxy" });
+    expect(raw).toMatch(/^HTTP\/1\.1 501 /);
+    expect(JSON.parse(raw.slice(raw.indexOf("\r\n\r\n") + 4))).toEqual({ code: "unimplemented", message: "CONNECT is not implemented (example.com:443): accessd is not a proxy" });
   });
 
   it("names an update mask's unknown field as a JSON client wrote it", async () => {

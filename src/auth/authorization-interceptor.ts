@@ -1,7 +1,7 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
-import { requestFactsKey } from "../server/request-context.js";
+import { noteRequestFacts, requestFactsKey } from "../server/request-context.js";
 import type { ClientPrincipal } from "../store/clients-repository.js";
 import { InvalidAccessTokenError, isIssuedToClientRecord, type AccessTokens, type VerifiedToken } from "./access-tokens.js";
 import { highestRole, principalKey, roleAtLeast, type Principal } from "./principal.js";
@@ -25,7 +25,7 @@ export interface AuthorizationOptions {
 export function authorizationInterceptor(options: AuthorizationOptions): Interceptor {
   return (next) => async (req) => {
     const principal = await authenticate(req.header.get("authorization"), options);
-    req.contextValues.get(requestFactsKey).clientId = principal.clientId; // the log names the caller, refused or not
+    noteRequestFacts(req.contextValues.get(requestFactsKey), { clientId: principal.clientId }); // the log names the caller, refused or not
     authorize(principal, req.method, options.requiredRoles);
     req.contextValues.set(principalKey, principal);
     return next(req);

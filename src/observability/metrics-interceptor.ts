@@ -1,6 +1,6 @@
 import type { Interceptor, StreamResponse } from "@connectrpc/connect";
 import { outcomeCodeName } from "../server/json-error.js";
-import { requestFactsKey } from "../server/request-context.js";
+import { noteRequestFacts, requestFactsKey } from "../server/request-context.js";
 import type { Metrics } from "./metrics.js";
 
 /**
@@ -12,7 +12,7 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
   return (next) => async (req) => {
     const started = performance.now();
     const facts = req.contextValues.get(requestFactsKey);
-    facts.observed = true;
+    noteRequestFacts(facts, { observed: true });
     const protocol = facts.protocol;
     const operation = `${req.service.typeName}.${req.method.name}`;
     let recorded = false;
@@ -32,8 +32,9 @@ export function metricsInterceptor(metrics: Metrics): Interceptor {
       record("ok");
       return res;
     }
-    // A cancelled stream may never be iterated again, so its end is learned from the signal.
-    req.signal.addEventListener("abort", () => record("canceled"), { once: true });
+    // A cancelled stream may never be iterated again, so its end is learned from the signal, with
+    // its reason: the client gone (`canceled`) or the deadline passed (`deadline_exceeded`).
+    req.signal.addEventListener("abort", () => record(outcomeCodeName(req.signal.reason, req.signal)), { once: true });
     return { ...res, message: observeStream(res.message, record, req.signal) } satisfies StreamResponse;
   };
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import type { IncomingMessage, Server as HttpServerBase } from "node:http";
-import type { Http2Server, Http2Session, ServerHttp2Session, ServerHttp2Stream } from "node:http2";
+import { Http2ServerResponse, type Http2Server, type Http2Session, type ServerHttp2Session, type ServerHttp2Stream } from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { finished } from "node:stream/promises";
 import * as httpolyglot from "@httptoolkit/httpolyglot";
@@ -108,7 +108,7 @@ export class HttpServer {
       answerClientError(error, socket, this.responses.get(socket)?.headersSent === true);
     });
     // CONNECT (a proxy's tunnel request) never reaches 'request': without a listener Node drops
-    // the connection unanswered. accessd is no proxy: 405 in the JSON error shape, then close.
+    // the connection unanswered. accessd is no proxy: 501 in the JSON error shape, then close.
     innerServers(this.server).http1?.on("connect", (req: IncomingMessage, socket: Socket) => refuseConnectMethod(req, socket));
     cutIdleConnections(this.server, {
       silentMs: headersTimeoutMs(options.requestTimeoutMs),
@@ -206,9 +206,18 @@ export class HttpServer {
     const report = this.options.onUnobservedAnswer;
     if (report === undefined) return;
     const started = performance.now();
+    // Timed to the end of the answer, not of the stream: over HTTP/2 the stream of a refused
+    // body stays open while the rest of it is discarded, which any client could make long.
+    let answeredAt: number | undefined;
+    const answered = (): void => {
+      answeredAt ??= performance.now();
+    };
+    if (res instanceof Http2ServerResponse) res.stream.once("finish", answered);
+    else res.once("finish", answered);
     res.once("close", () => {
       if (facts.observed === true) return;
-      report({ facts, code: answeredCodeOf(res), status: res.statusCode, seconds: (performance.now() - started) / 1000 });
+      const code = answeredCodeOf(res, answeredAt !== undefined);
+      report({ facts, code, status: res.statusCode, seconds: ((answeredAt ?? performance.now()) - started) / 1000 });
     });
   }
 
@@ -289,13 +298,23 @@ function startHeaderTimeouts(server: ReturnType<typeof httpolyglot.createServer>
   innerServers(server).http1?.emit("listening");
 }
 
+/**
+ * 501 (the method is not one the server implements: RFC 9110 15.6.2; a 405 would need an Allow
+ * for a target that is no resource here), then the socket is destroyed once the answer is out or
+ * a second later: it has left Node's HTTP timeouts, and a client that never closed kept it.
+ */
 function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
-  const body = JSON.stringify({ code: "unimplemented", message: `CONNECT is not allowed on ${(req.url ?? "/").slice(0, 200)}: accessd is not a proxy` });
-  socket.end(
-    `HTTP/1.1 405 Method Not Allowed\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `connection: close\r\n\r\n${body}`,
-  );
+  const body = JSON.stringify({ code: "unimplemented", message: `CONNECT is not implemented (${(req.url ?? "/").slice(0, 200)}): accessd is not a proxy` });
   socket.on("error", () => {}); // the client may be gone already
+  const cut = setTimeout(() => socket.destroy(), 1_000).unref();
+  socket.end(
+    `HTTP/1.1 501 Not Implemented\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `connection: close\r\n\r\n${body}`,
+    () => {
+      clearTimeout(cut);
+      socket.destroy();
+    },
+  );
 }
 
 /** How long a client may take to send a request's headers: the request timeout, at most 10 s. */

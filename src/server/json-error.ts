@@ -78,11 +78,6 @@ export function httpStatusOf(code: Code): number {
   return codeStatus[code];
 }
 
-/**
- * Writes Connect's JSON error shape, `{"code": "...", "message": "..."}`. The status defaults to
- * the one Connect pairs with the code; routes outside Connect (REST 405/413/415, webhooks) pass
- * their own.
- */
 /** The code each response was answered with, where no interceptor saw it (see `answeredCodeOf`). */
 const answeredCodes = new WeakMap<NodeResponse, string>();
 
@@ -94,15 +89,21 @@ export function noteAnsweredCode(res: NodeResponse, code: Code): void {
 /**
  * The outcome code of an answered response, for the metrics and the log of an answer no
  * interceptor saw: the code noted for it (`writeJsonError` notes every error it writes), `ok` for
- * a success, `canceled` when the client left before the answer was complete, else `unknown`.
+ * a success, `canceled` when the answer was not `answered` in full (the client left), else
+ * `unknown`.
  */
-export function answeredCodeOf(res: NodeResponse): string {
+export function answeredCodeOf(res: NodeResponse, answered: boolean): string {
   const noted = answeredCodes.get(res);
   if (noted !== undefined) return noted;
-  if (!res.writableFinished) return "canceled";
+  if (!answered) return "canceled";
   return res.statusCode >= 200 && res.statusCode < 300 ? "ok" : "unknown";
 }
 
+/**
+ * Writes Connect's JSON error shape, `{"code": "...", "message": "..."}`. The status defaults to
+ * the one Connect pairs with the code; routes outside Connect (REST 405/413/415, webhooks) pass
+ * their own.
+ */
 export function writeJsonError(
   res: NodeResponse,
   code: Code,

@@ -37,7 +37,7 @@ export function loggingInterceptor(log: Logger): Interceptor {
     }
     // A stream (Health Watch) is logged when it ends, with its outcome and its whole duration, as
     // the metrics count it; a cancelled one may never be iterated again, so the signal says so.
-    req.signal.addEventListener("abort", () => logOutcome("canceled"), { once: true });
+    req.signal.addEventListener("abort", () => logOutcome(outcomeCodeName(req.signal.reason, req.signal)), { once: true });
     return { ...res, message: followStream(res.message, logOutcome, req.signal) } satisfies StreamResponse;
   };
 }

@@ -24,11 +24,23 @@ export interface RequestFacts {
   clientId?: string;
 }
 
-export const requestFactsKey = createContextKey<RequestFacts>({
-  requestId: "",
-  protocol: "connect",
-  peerAddress: "",
-});
+/**
+ * The HTTP layer sets a fresh object for every request; the default (calls made without it, in
+ * tests) is frozen, so that what interceptors note on it (`observed`, `clientId`) cannot leak from
+ * one call to the next.
+ */
+export const requestFactsKey = createContextKey<RequestFacts>(
+  Object.freeze({
+    requestId: "",
+    protocol: "connect",
+    peerAddress: "",
+  }),
+);
+
+/** Notes `fields` on the request's facts, unless they are the frozen default (see requestFactsKey). */
+export function noteRequestFacts(facts: RequestFacts, fields: Pick<RequestFacts, "observed" | "clientId">): void {
+  if (!Object.isFrozen(facts)) Object.assign(facts, fields);
+}
 
 export function protocolOfContentType(contentType: string | null | undefined): WireProtocol {
   if (contentType == null) return "connect";
