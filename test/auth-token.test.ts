@@ -482,6 +482,8 @@ describe("token requests in the log and the metrics", () => {
       expect((await post(testBootstrapClient.clientId, testBootstrapClient.clientSecret)).status).toBe(200);
       for (let i = 0; i < 10; i++) expect((await post("guessed-client", `wrong-${i}`)).status).toBe(401);
       expect((await post("guessed-client", "wrong-10")).status).toBe(429);
+      // Refused before its client id is read: the source address is logged all the same.
+      expect((await fetch(`${accessd.url}/auth/v1/token`, { method: "POST", body: "grant_type=password" , headers: { "content-type": "application/x-www-form-urlencoded" } })).status).toBe(400);
       metrics = await (await fetch(`${accessd.url}/metrics`)).text();
     } finally {
       await accessd.close();
@@ -491,7 +493,8 @@ describe("token requests in the log and the metrics", () => {
       expect.objectContaining({ msg: "token issued", clientId: testBootstrapClient.clientId, sourceIp: "127.0.0.1", expiresIn: 3600 }),
     );
     const refused = lines.filter((line) => line.msg === "token request refused");
-    expect(refused).toHaveLength(11);
+    expect(refused).toHaveLength(12);
+    expect(refused[11]).toMatchObject({ error: "unsupported_grant_type", sourceIp: "127.0.0.1" });
     expect(refused[0]).toMatchObject({ clientId: "guessed-client", sourceIp: "127.0.0.1", error: "invalid_client", reason: "unknown client" });
     expect(refused[10]).toMatchObject({ error: "slow_down", reason: "too many failed attempts", retryAfterSeconds: expect.any(Number) });
     expect(metrics).toContain('accessd_token_requests_total{outcome="issued"} 1');

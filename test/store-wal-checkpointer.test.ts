@@ -97,11 +97,15 @@ describe("WAL checkpoints from their own thread", () => {
         await sleep(1);
       }
       expect(events[0]).toMatch(/^failed: SQLITE_(FULL|IOERR)/);
+      // Meanwhile the connection checkpoints as SQLite does by default, in case it never ends.
+      await sleep(50);
+      expect(open.db.pragma("wal_autocheckpoint", { simple: true })).toBe(1_000);
 
       rmSync(filler); // space again
       const resumedBy = Date.now() + 5_000;
       while (!events.includes("resumed") && Date.now() < resumedBy) await sleep(10);
       expect(events.slice(1)).toEqual(["resumed"]);
+      expect(open.db.pragma("wal_autocheckpoint", { simple: true })).toBe(10_000);
 
       // And it checkpoints what comes next, as before.
       const sizeBefore = statSync(join(small, "full.db")).size;

@@ -44,9 +44,10 @@ export interface TokenEndpointOptions {
 
 /** What the token endpoint's log lines say about who asked. */
 interface TokenAudit {
-  /** The client id as given (cut to `maxClientIdLength` characters: no client has a longer one). */
+  /** The source address (X-Forwarded-For believed from ACCESSD_TRUSTED_PROXIES only). */
+  sourceIp: string;
+  /** The client id as given, once read (cut to `maxClientIdLength` characters: no client has a longer one). */
   clientId?: string;
-  sourceIp?: string;
 }
 
 /**
@@ -63,9 +64,9 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
       // Who asked, for the log (an access-management API's grants must be attributable): the
       // client id as given and the source address, once the request got that far.
-      const audit: TokenAudit = {};
+      const audit: TokenAudit = { sourceIp: options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]) };
       try {
-        const issued = await issueToken(req, facts, options, audit);
+        const issued = await issueToken(req, options, audit);
         writeOAuthJson(res, 200, { access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn });
         options.onOutcome?.("issued");
         options.log.info({ requestId: facts.requestId, ...audit, expiresIn: issued.expiresIn }, "token issued");
@@ -97,7 +98,7 @@ interface TokenEndpoint extends TokenEndpointOptions {
   sourceIp: SourceIpResolver;
 }
 
-async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenEndpoint, audit: TokenAudit) {
+async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: TokenAudit) {
   if (req.method !== "POST") {
     throw new OAuthError("invalid_request", "the token endpoint takes POST", 405, { allow: "POST" });
   }
@@ -126,9 +127,8 @@ async function issueToken(req: NodeRequest, facts: RequestFacts, options: TokenE
   // Behind a reverse proxy the TCP peer is the proxy: keyed on it, ten bad requests from anyone
   // would lock out every client. An id no client can have gets no key of its own (a key per
   // made-up id would let a flood of long ids fill the memory).
-  const sourceAddress = options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]);
+  const sourceAddress = audit.sourceIp;
   audit.clientId = clientId.length <= maxClientIdLength ? clientId : `${clientId.slice(0, maxClientIdLength)}…`;
-  audit.sourceIp = sourceAddress;
   const credential = credentialOf(params);
 
   const addressKey = `address:${sourceAddress}`;

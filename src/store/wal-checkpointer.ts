@@ -7,7 +7,8 @@ export interface WalCheckpointerOptions {
   onError?: (error: Error) => void;
   /**
    * Told when a checkpoint fails (the disk full, an I/O error): the thread goes on, trying again
-   * every `retryIntervalMs`, and `onCheckpointsResumed` says when one succeeds again.
+   * every `retryIntervalMs` (and the connection checkpoints every 1,000 pages meanwhile), and
+   * `onCheckpointsResumed` says when one succeeds again.
    */
   onCheckpointFailed?: (error: Error) => void;
   onCheckpointsResumed?: () => void;
@@ -52,7 +53,8 @@ export class WalCheckpointer {
   private stopping = false;
 
   constructor(db: Database, options: WalCheckpointerOptions = {}) {
-    db.pragma(`wal_autocheckpoint = ${options.backstopPages ?? 10_000}`);
+    const backstopPages = options.backstopPages ?? 10_000;
+    db.pragma(`wal_autocheckpoint = ${backstopPages}`);
     const workerData = {
       path: db.name,
       betterSqlite3: createRequire(import.meta.url).resolve("better-sqlite3"),
@@ -62,9 +64,17 @@ export class WalCheckpointer {
     };
     this.worker = new Worker(threadSource, { eval: true, workerData });
     this.worker.unref();
+    // While the thread's checkpoints fail, the connection checkpoints every 1,000 pages again, as
+    // when the thread is gone: a failure that lasts (a connection broken for good) must not leave
+    // the WAL to grow to the backstop between checkpoints.
     this.worker.on("message", (report: CheckpointReport) => {
-      if (report.failed === undefined) options.onCheckpointsResumed?.();
-      else options.onCheckpointFailed?.(Object.assign(new Error(report.failed.message), { code: report.failed.code }));
+      if (report.failed === undefined) {
+        if (db.open) db.pragma(`wal_autocheckpoint = ${backstopPages}`);
+        options.onCheckpointsResumed?.();
+      } else {
+        if (db.open) db.pragma("wal_autocheckpoint = 1000");
+        options.onCheckpointFailed?.(Object.assign(new Error(report.failed.message), { code: report.failed.code }));
+      }
     });
     const fail = (error: Error) => {
       if (this.stopping) return;
