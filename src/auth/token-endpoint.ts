@@ -63,7 +63,7 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
     path: tokenPath,
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
       // Who asked, for the log (an access-management API's grants must be attributable): the
-      // client id as given and the source address, once the request got that far.
+      // source address, and the client id as given once the request is read that far.
       const audit: TokenAudit = { sourceIp: options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]) };
       try {
         const issued = await issueToken(req, options, audit);

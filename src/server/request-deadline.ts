@@ -40,8 +40,8 @@ export class RequestTimeoutError extends Error {
 }
 
 /**
- * Most of an HTTP/1.1 request body accessd throws away after answering before it all arrived.
- * A refusal of a body too large reads at most its limit (1 MiB on the API) before it answers.
+ * Most of a request body accessd throws away after answering before it all arrived (HTTP/1.1
+ * and HTTP/2). A refusal of a body too large reads at most its limit (1 MiB on the API) first.
  */
 export const maxDiscardedBodyBytes = 8 * 1024 * 1024;
 
@@ -79,15 +79,18 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
     // An HTTP/2 request's destroy() leaves its stream open: the stream itself is reset.
     req.on("error", () => {}); // its reader, if one is reading, meets the error; nobody else need
     req.destroy(new RequestTimeoutError(timeoutMs));
-    if (res.headersSent) res.stream.close(http2Constants.NGHTTP2_CANCEL);
-    else res.stream.once("finish", () => cutOnceAnswered(res));
-  } else if (res.headersSent) {
-    req.destroy();
-    return;
+    if (res.headersSent) {
+      res.stream.close(http2Constants.NGHTTP2_CANCEL);
+      return;
+    }
+    res.stream.once("finish", () => cutOnceAnswered(res));
   } else {
+    if (res.headersSent) {
+      req.destroy();
+      return;
+    }
     res.once("finish", () => req.destroy());
   }
-  if (res.headersSent) return;
   writeJsonError(
     res,
     Code.DeadlineExceeded,
@@ -142,8 +145,9 @@ function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeo
 }
 
 /**
- * A 408's stream: reset (CANCEL) once its answer has been sent to its end, trailers and all. A
- * reset sent with the answer still queued could overtake it.
+ * A stream whose request can no longer be read (a 408's, one connect-es destroyed): reset
+ * (CANCEL) once its answer has been sent to its end, trailers and all (polled, at most a second).
+ * A reset sent with the answer still queued could overtake it.
  */
 function cutOnceAnswered(res: Http2ServerResponse, triesLeft = 100): void {
   const { stream } = res;
