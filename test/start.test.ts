@@ -135,7 +135,7 @@ describe("npm start (accessd serve)", () => {
 
     cli.child.kill(signal);
     await until("the server began shutting down", () => cli.stdout().includes(`"signal":"${signal}","msg":"shutting down"`));
-    await new Promise((resolve) => setTimeout(resolve, 300)); // past the idle connections' grace
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // past the idle connections' grace
     connection.socket.write(body.slice(half));
     const answer = await connection.closed;
     expect(answer).toMatch(/^HTTP\/1\.1 200 /);
