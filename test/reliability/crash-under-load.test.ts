@@ -163,16 +163,17 @@ async function sendThroughRestart(stop: Stop): Promise<MidStreamRun> {
     ACCESSD_DATABASE: database,
     // The same key across the restart, so the listener's sealed secret still opens.
     ACCESSD_DATA_KEY: randomBytes(32).toString("hex"),
-    // Each step waits a little, so executions are queued and running when the signal lands.
-    ACCESSD_TEST_STEP_DELAY_MS: "1",
   };
-  const serve = async (): Promise<ServedProcess> => {
-    const served = await serveProcess(env);
+  // Each step waits: 50 ms on the first server, so that executions it accepted are still queued
+  // when it stops, whatever the machine's load (with 1 ms, a graceful stop's second of grace for
+  // idle connections could see its worker run the whole queue); 1 ms on the second.
+  const serve = async (stepDelayMs: number): Promise<ServedProcess> => {
+    const served = await serveProcess({ ...env, ACCESSD_TEST_STEP_DELAY_MS: String(stepDelayMs) });
     running.push(served.cli);
     return served;
   };
 
-  const first = await serve();
+  const first = await serve(50);
   const hook = await createHmacListener(first, "Crash under load", [
     { name: "received", log: { messageCel: '"event " + ctx.trigger.event' } },
     { name: "done", log: { messageCel: "ctx.trigger.n" } },
@@ -216,7 +217,7 @@ async function sendThroughRestart(stop: Stop): Promise<MidStreamRun> {
       const atStop = Store.open(database);
       unfinishedAtStop = atStop.executions.countUnfinished();
       atStop.close();
-      second = await serve();
+      second = await serve(1);
       target.up(second.url);
     })();
   };
