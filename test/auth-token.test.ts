@@ -1,4 +1,6 @@
 import { scrypt } from "node:crypto";
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { gzipSync } from "node:zlib";
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
@@ -501,6 +503,29 @@ describe("token requests in the log and the metrics", () => {
     expect(metrics).toContain('accessd_token_requests_total{outcome="invalid_client"} 10');
     expect(metrics).toContain('accessd_token_requests_total{outcome="slow_down"} 1');
     expect(metrics).toContain('accessd_token_requests_total{outcome="temporarily_unavailable"} 0');
+  });
+});
+
+describe("a token request cut by the request deadline", () => {
+  it("is logged with its source address, at info", async () => {
+    const { accessd, lines } = await startLoggedAccessd("info", { requestTimeoutMs: 1_000 });
+    const client = http2Connect(accessd.url);
+    client.on("error", () => {});
+    try {
+      const stream = client.request({ ":method": "POST", ":path": "/auth/v1/token", "content-type": "application/x-www-form-urlencoded" });
+      stream.on("error", () => {});
+      stream.resume();
+      stream.write("grant_type=client_credentials&client_id=x"); // and no more
+      const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
+      expect(headers[":status"]).toBe(408);
+      await once(stream, "close");
+    } finally {
+      client.close();
+      await accessd.close();
+    }
+    expect(lines()).toContainEqual(
+      expect.objectContaining({ level: 30, msg: "token request cut by its deadline before its body arrived", sourceIp: "127.0.0.1" }),
+    );
   });
 });
 

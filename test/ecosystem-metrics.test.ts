@@ -94,6 +94,19 @@ describe("/metrics", () => {
       });
       expect(garbled.status).toBe(200);
       await garbled.arrayBuffer();
+      // Refusals answered compressed to a client that accepts it (a gRPC-Web trailer frame of
+      // 1 KiB or more, a Connect error body): read all the same.
+      const longUnknownField = JSON.stringify({ ["x".repeat(3_000)]: 1 });
+      const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), Buffer.from(longUnknownField)]);
+      frame.writeUInt32BE(Buffer.byteLength(longUnknownField), 1);
+      const gzippedTrailer = await fetch(`${own.url}/svc.api.app.v1.Apps/Create`, {
+        method: "POST",
+        headers: { "content-type": "application/grpc-web+json", "grpc-accept-encoding": "gzip" },
+        body: frame,
+      });
+      const trailerFrame = Buffer.from(await gzippedTrailer.arrayBuffer());
+      expect(trailerFrame[0]).toBe(0x81); // a trailer, compressed
+      expect((await post("/svc.api.app.v1.Apps/Create", longUnknownField, "application/json")).status).toBe(400);
       const grpc = createClient(Apps, createGrpcTransport({ baseUrl: own.url }));
       // A method the server does not have, through a client that believes it does.
       const unknownMethod = await fetch(`${own.url}/svc.api.app.v1.Apps/Archive`, {
@@ -107,12 +120,13 @@ describe("/metrics", () => {
       const count = (protocol: string, operation: string, code: string) => sample(text, "accessd_requests_total", { protocol, operation, code });
       expect(count("rest", "unknown", "not_found")).toBe(1);
       expect(count("rest", "unknown", "unimplemented")).toBe(1); // 405
-      expect(count("connect", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(1);
       expect(count("grpc-web", "unknown", "unimplemented")).toBe(1);
       expect(count("grpc", "svc.api.app.v1.Apps.Get", "unauthenticated")).toBe(1);
       expect(count("rest", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(3); // and the unknown field
       expect(count("rest", "svc.api.automations.v1.AutomationExecutions.List", "invalid_argument")).toBe(1);
       expect(count("grpc-web", "svc.api.app.v1.Apps.Create", "internal")).toBe(1); // connect-es's code for it, as grpc-go's
+      expect(count("grpc-web", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(1); // the compressed trailer
+      expect(count("connect", "svc.api.app.v1.Apps.Create", "invalid_argument")).toBe(2);
       expect(sample(text, "accessd_requests_total", { protocol: "grpc-web", operation: "svc.api.app.v1.Apps.Create", code: "ok" })).toBe(0);
       const lines = logLines().filter((line) => line.msg === "rpc");
       expect(lines).toContainEqual(
@@ -120,7 +134,7 @@ describe("/metrics", () => {
       );
       expect(lines).toContainEqual(expect.objectContaining({ protocol: "grpc-web", procedure: "unknown", code: "unimplemented" }));
       expect(lines.filter((line) => line.procedure === "svc.api.app.v1.Apps.Get")).toHaveLength(1);
-      expect(lines).toHaveLength(10);
+      expect(lines).toHaveLength(12);
       // None at error level: a client's refusal must not fill the log operators alert on.
       expect(lines.filter((line) => line.level !== 30)).toEqual([]);
     } finally {

@@ -91,6 +91,16 @@ describe("capped body reader", () => {
     expect(pulled).toBe(0);
   });
 
+  it("answers a body already cut (destroyed) as incomplete at once: its events are past, and listeners added now would wait for good", async () => {
+    const cut = source([Buffer.alloc(10)]);
+    cut.stream.on("error", () => {});
+    cut.stream.destroy(new Error("cut by the request deadline"));
+    await new Promise((resolve) => setImmediate(resolve)); // its 'error' and 'close' are emitted
+    const result = await Promise.race([readCappedBody(cut), new Promise((resolve) => setTimeout(() => resolve("waiting"), 500))]);
+    expect(result).toBeInstanceOf(Rejection);
+    expect((result as Rejection).reason).toBe("body_incomplete");
+  });
+
   it("stops reading at the chunk that crosses the cap", async () => {
     let pulled = 0;
     const result = await readCappedBody(

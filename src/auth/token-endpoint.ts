@@ -4,6 +4,7 @@ import type { RawRoute } from "../server/http-server.js";
 import type { NodeRequest, NodeResponse } from "../server/json-error.js";
 import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "../server/read-body.js";
 import type { RequestFacts } from "../server/request-context.js";
+import { RequestTimeoutError } from "../server/request-deadline.js";
 import { storeUnavailableHeaders, storeUnavailableMessage } from "../server/store-unavailable.js";
 import type { Client } from "../store/clients-repository.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
@@ -76,6 +77,11 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
           options.log.error({ err: e, requestId: facts.requestId, ...audit }, "token request failed: the store is unavailable");
           writeOAuthError(res, new OAuthError("temporarily_unavailable", storeUnavailableMessage, 503, storeUnavailableHeaders));
           options.onOutcome?.("temporarily_unavailable");
+          return;
+        }
+        if (e instanceof RequestTimeoutError) {
+          // The request deadline answered 408 (its body did not arrive in time).
+          options.log.info({ requestId: facts.requestId, ...audit }, "token request cut by its deadline before its body arrived");
           return;
         }
         if (!(e instanceof OAuthError)) throw e;

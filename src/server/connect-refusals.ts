@@ -1,4 +1,5 @@
 import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { Code } from "@connectrpc/connect";
 import { codeName, codeOfName } from "./json-error.js";
 
@@ -51,27 +52,44 @@ export async function refusalWithCode(res: UniversalServerResponse): Promise<{ r
   const contentType = res.header?.get("content-type") ?? "";
   const grpcWeb = contentType.startsWith("application/grpc-web");
   if (res.status < 400 && !grpcWeb) return { response: res, code: undefined };
-  const json = contentType.startsWith("application/json") && !res.header?.has("content-encoding");
+  const json = contentType.startsWith("application/json");
   if (res.body === undefined || !(json || grpcWeb)) return { response: res, code: res.status < 400 ? undefined : Code.Unknown };
   const chunks: Uint8Array[] = [];
   for await (const chunk of res.body) chunks.push(chunk);
   const bytes = Buffer.concat(chunks);
   const response = { ...res, body: once(bytes) };
-  if (grpcWeb) return { response, code: grpcWebTrailerStatus(bytes) };
-  const error = parseError(bytes);
+  // Compressed for a client that accepts it: a Connect error body by Content-Encoding, a gRPC-Web
+  // frame of 1 KiB or more (its flag's 0x01 bit) by Grpc-Encoding.
+  if (grpcWeb) return { response, code: grpcWebTrailerStatus(bytes, res.header?.get("grpc-encoding") ?? null) };
+  const error = parseError(decompressed(bytes, res.header?.get("content-encoding") ?? null) ?? Buffer.alloc(0));
   return { response, code: error === undefined ? Code.Unknown : codeOfName(error.code) };
+}
+
+/** `bytes` decoded from `encoding` (gzip, br, or none); undefined when they do not decode. */
+function decompressed(bytes: Buffer, encoding: string | null): Buffer | undefined {
+  try {
+    if (encoding === null || encoding === "identity") return bytes;
+    if (encoding === "gzip") return gunzipSync(bytes);
+    if (encoding === "br") return brotliDecompressSync(bytes);
+  } catch {
+    // not what it says it is
+  }
+  return undefined;
 }
 
 /**
  * gRPC-Web's status: in a trailer frame at the end of the body (flag 0x80, then header lines),
  * under an HTTP 200. Undefined for OK or no trailer frame.
  */
-function grpcWebTrailerStatus(body: Buffer): Code | undefined {
+function grpcWebTrailerStatus(body: Buffer, encoding: string | null): Code | undefined {
   for (let at = 0; at + 5 <= body.length; ) {
     const flags = body[at] ?? 0;
     const length = body.readUInt32BE(at + 1);
     if (flags & 0x80) {
-      const status = /(?:^|\r\n)grpc-status:\s*(\d+)/i.exec(body.subarray(at + 5, at + 5 + length).toString("latin1"))?.[1];
+      const frame = body.subarray(at + 5, at + 5 + length);
+      const text = (flags & 0x01 ? decompressed(frame, encoding) : frame)?.toString("latin1");
+      if (text === undefined) return Code.Unknown;
+      const status = /(?:^|\r\n)grpc-status:\s*(\d+)/i.exec(text)?.[1];
       return status === undefined || status === "0" ? undefined : (Number(status) as Code);
     }
     at += 5 + length;

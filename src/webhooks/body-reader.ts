@@ -28,6 +28,9 @@ export interface ReadBody {
 export function readCappedBody(source: BodySource, limit = maxWebhookBodyBytes): Promise<ReadBody | Rejection> | Rejection {
   if (source.declaredLength !== undefined && source.declaredLength > limit) return tooLarge(limit);
   const { stream } = source;
+  // Cut already (the request deadline destroys an HTTP/2 request's body): its events have been
+  // emitted, and listeners added now would wait for good.
+  if (stream.destroyed) return incomplete();
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -48,12 +51,16 @@ export function readCappedBody(source: BodySource, limit = maxWebhookBodyBytes):
       chunks.push(chunk);
     };
     const onEnd = () => settle({ body: chunks.length === 1 && chunks[0] !== undefined ? chunks[0] : Buffer.concat(chunks, size) });
-    const onIncomplete = () => settle(badRequest("body_incomplete", "the request body ended early"));
+    const onIncomplete = () => settle(incomplete());
     stream.on("data", onData);
     stream.on("end", onEnd);
     stream.on("error", onIncomplete);
     stream.on("close", onIncomplete);
   });
+}
+
+function incomplete(): Rejection {
+  return badRequest("body_incomplete", "the request body ended early");
 }
 
 function tooLarge(limit: number): Rejection {

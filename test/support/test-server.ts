@@ -113,12 +113,12 @@ export interface LoggedAccessd {
 }
 
 /** Starts accessd as startTestServer does, but logging at `level` into memory instead of nowhere. */
-export async function startLoggedAccessd(level: Config["logLevel"] = "info"): Promise<LoggedAccessd> {
+export async function startLoggedAccessd(level: Config["logLevel"] = "info", overrides: Partial<Config> = {}): Promise<LoggedAccessd> {
   let logged = "";
   const sink = new PassThrough();
   sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
   const accessd = await startAccessd(
-    { ...configDefaults, port: 0, database: ":memory:", logLevel: level, bootstrapClient: testBootstrapClient },
+    { ...configDefaults, port: 0, database: ":memory:", logLevel: level, bootstrapClient: testBootstrapClient, ...overrides },
     createLogger(level, sink),
   );
   return {
