@@ -1,3 +1,4 @@
+import type { DescMethod } from "@bufbuild/protobuf";
 import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import {
@@ -25,6 +26,8 @@ export interface ConnectHandlersOptions {
 export class ConnectHandlers {
   readonly handlers: readonly UniversalHandler[];
   private readonly byPath: Map<string, UniversalHandler>;
+  /** Each RPC's operation name (`package.Service.Method`) by request path, built once. */
+  private readonly operations: Map<string, string>;
 
   constructor(private readonly options: ConnectHandlersOptions) {
     const router = createConnectRouter({
@@ -37,11 +40,12 @@ export class ConnectHandlers {
     options.routes(router);
     this.handlers = router.handlers;
     this.byPath = new Map(router.handlers.map((h) => [h.requestPath, h]));
+    this.operations = new Map(router.handlers.map((h) => [h.requestPath, operationName(h.method)]));
   }
 
-  /** True when the path names an RPC (`/package.Service/Method`). */
-  has(path: string): boolean {
-    return this.byPath.has(path);
+  /** The operation (`package.Service.Method`) the path names, if it names an RPC (`/package.Service/Method`). */
+  operationOf(path: string): string | undefined {
+    return this.operations.get(path);
   }
 
   async handle(req: NodeRequest, res: NodeResponse, path: string, facts: RequestFacts): Promise<void> {
@@ -119,4 +123,9 @@ export function grpcMessageHeader(text: string): string {
     spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
   return spelled;
+}
+
+/** An RPC's operation name, as the metrics and the log name it: `package.Service.Method`. */
+export function operationName(method: DescMethod): string {
+  return `${method.parent.typeName}.${method.name}`;
 }

@@ -230,9 +230,10 @@ export class HttpServer {
 
   private async route(req: NodeRequest, res: NodeResponse, path: string, facts: RequestFacts): Promise<void> {
     const { connect, rest, rawRoutes } = this.options;
-    if (connect.has(path)) {
+    const operation = connect.operationOf(path);
+    if (operation !== undefined) {
       facts.protocol = protocolOfContentType(req.headers["content-type"]);
-      facts.operation = path.slice(1).replace("/", ".");
+      facts.operation = operation;
       res.setHeader("cache-control", apiCacheControl);
       this.observeApiAnswer(res, facts);
       return connect.handle(req, res, path, facts);

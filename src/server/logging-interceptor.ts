@@ -1,8 +1,9 @@
-import type { Interceptor, StreamResponse } from "@connectrpc/connect";
+import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
-import { outcomeCodeName } from "./json-error.js";
+import { callWithOutcome } from "./call-outcome.js";
 import type { UnobservedAnswer } from "./http-server.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
+import { operationName } from "./connect-handlers.js";
 
 /**
  * One log line per operation, on every protocol: procedure, protocol, outcome, duration.
@@ -15,41 +16,15 @@ export function loggingInterceptor(log: Logger): Interceptor {
     const fields = {
       requestId: facts.requestId,
       protocol: facts.protocol,
-      procedure: `${req.service.typeName}.${req.method.name}`,
+      procedure: operationName(req.method),
     };
-    let logged = false;
-    const logOutcome = (code: string, error?: unknown): void => {
-      if (logged) return;
-      logged = true;
+    // A stream (Health Watch) is logged when it ends, with its outcome and its whole duration, as
+    // the metrics count it.
+    return callWithOutcome(next, req, (code, error) => {
       const level = rpcLogLevel(code);
       log[level]({ ...fields, ...callerOf(facts), code, durationMs: elapsed(started), ...(level === "error" ? { err: error } : {}) }, "rpc");
-    };
-    let res;
-    try {
-      res = await next(req);
-    } catch (e) {
-      logOutcome(outcomeCodeName(e, req.signal), e);
-      throw e;
-    }
-    if (!res.stream) {
-      logOutcome("ok");
-      return res;
-    }
-    // A stream (Health Watch) is logged when it ends, with its outcome and its whole duration, as
-    // the metrics count it; a cancelled one may never be iterated again, so the signal says so.
-    req.signal.addEventListener("abort", () => logOutcome(outcomeCodeName(req.signal.reason, req.signal)), { once: true });
-    return { ...res, message: followStream(res.message, logOutcome, req.signal) } satisfies StreamResponse;
+    });
   };
-}
-
-async function* followStream<O>(messages: AsyncIterable<O>, ended: (code: string, error?: unknown) => void, signal: AbortSignal): AsyncIterable<O> {
-  try {
-    yield* messages;
-    ended("ok");
-  } catch (e) {
-    ended(outcomeCodeName(e, signal), e);
-    throw e;
-  }
 }
 
 /**

@@ -13,6 +13,7 @@ import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { httpBindingsOfMethod } from "./http-bindings.js";
 import { type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
 import { refusalWithCode } from "./connect-refusals.js";
+import { operationName } from "./connect-handlers.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
 import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
@@ -25,6 +26,8 @@ interface RestRoute {
   /** "*" (whole message from the body) or "" (no body). */
   body: string;
   rpc: DescMethod;
+  /** The RPC's operation name (`package.Service.Method`), for the metrics and the log. */
+  operation: string;
   handler: UniversalHandler;
   /** Fields bound by the path: they cannot also come from the query. */
   pathFields: Set<string>;
@@ -106,7 +109,7 @@ export class RestTranscoder {
       return;
     }
 
-    facts.operation = `${match.route.rpc.parent.typeName}.${match.route.rpc.name}`;
+    facts.operation = match.route.operation;
     let message: JsonObject;
     try {
       message = await this.requestJson(req, match.route);
@@ -215,7 +218,8 @@ function routesOf(handler: UniversalHandler): RestRoute[] {
       template.segments.flatMap((s) => ("fieldPath" in s ? [s.fieldPath.join(".")] : [])),
     );
     const pageSizeField = handler.method.input.fields.find((f) => f.name === "page_size");
-    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, handler, pathFields, pageSizeField };
+    const operation = operationName(handler.method);
+    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, operation, handler, pathFields, pageSizeField };
   });
 }
 

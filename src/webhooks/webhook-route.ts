@@ -1,7 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
-import { isHttp2Request, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
+import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import type { BodySource } from "./body-reader.js";
