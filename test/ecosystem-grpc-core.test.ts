@@ -13,7 +13,7 @@ import { startTestServer, type TestServer } from "./support/test-server.js";
  * limit), its own `grpc-timeout` and `grpc-message` coding, gzip on request. It knows the service
  * only from the published protos (`buf build proto`), as a client generated from them would
  * (`test/support/grpc-clients/grpc_core_client.py`). A machine without it skips these tests
- * (`apt-get install python3-grpcio python3-protobuf`; this VM, where CI runs, has it).
+ * (`apt-get install python3-grpcio python3-protobuf`; `.ci/run` installs them where it can).
  */
 
 const buf = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));

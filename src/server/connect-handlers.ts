@@ -9,7 +9,7 @@ import {
 } from "@connectrpc/connect-node";
 import type { Logger } from "../logger.js";
 import { asApiRefusal, refusalWithCode } from "./connect-refusals.js";
-import { type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
+import { grpcMessageHeader, type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
 export interface ConnectHandlersOptions {
@@ -114,15 +114,6 @@ function respellGrpcMessage(headers: Headers | undefined): void {
     return; // not connect-es's encoding: leave it as it is
   }
   headers?.set("grpc-message", grpcMessageHeader(text));
-}
-
-/** `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E percent-encoded. */
-export function grpcMessageHeader(text: string): string {
-  let spelled = "";
-  for (const byte of Buffer.from(text, "utf8")) {
-    spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
-  }
-  return spelled;
 }
 
 /** An RPC's operation name, as the metrics and the log name it: `package.Service.Method`. */

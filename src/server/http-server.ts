@@ -9,10 +9,10 @@ import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
-import { type ConnectHandlers, grpcMessageHeader } from "./connect-handlers.js";
+import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./graceful-shutdown.js";
-import { answeredCodeOf, isHttp2Request, noteAnsweredCode, type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "./json-error.js";
-import { protocolOfContentType, type RequestFacts } from "./request-context.js";
+import { answeredCodeOf, isHttp2Request, type NodeRequest, type NodeResponse, writeErrorInProtocol, writeJson, writeJsonError } from "./json-error.js";
+import { protocolOfContentType, type RequestFacts, rpcProtocolOf } from "./request-context.js";
 import { enforceDeadlines, RequestTimeoutError } from "./request-deadline.js";
 import type { RestTranscoder } from "./rest-transcoder.js";
 import { storeUnavailableHeaders, storeUnavailableMessage } from "./store-unavailable.js";
@@ -159,7 +159,6 @@ export class HttpServer {
       }
       toOriginForm(req);
     }
-    enforceDeadlines(req, res, this.options.requestTimeoutMs);
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");
     const path = queryStart === -1 ? url : url.slice(0, queryStart);
@@ -171,11 +170,12 @@ export class HttpServer {
       protocol: "rest",
       peerAddress: peerAddressOf(req),
     };
+    enforceDeadlines(req, res, this.options.requestTimeoutMs, facts);
     this.route(req, res, path, facts).catch((e: unknown) => {
       if (isStoreUnavailable(e)) {
         // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
         this.options.log.error({ err: e, requestId, path }, "request failed: the store is unavailable");
-        writeJsonError(res, Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
+        writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
         return;
       }
       if (e instanceof RequestTimeoutError) {
@@ -193,7 +193,7 @@ export class HttpServer {
         return;
       }
       this.options.log.error({ err: e, requestId, path }, "request failed");
-      writeJsonError(res, Code.Internal, "internal error");
+      writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Internal, "internal error");
     });
   }
 
@@ -267,20 +267,7 @@ export class HttpServer {
         () => false,
       );
       if (!read || res.headersSent) return; // gone, or cut by the request deadline
-      const headers: Record<string, string> = {
-        "content-type": req.headers["content-type"] ?? "application/grpc",
-        "grpc-status": String(Code.Unimplemented),
-        "grpc-message": grpcMessageHeader(`unknown method ${path}`),
-      };
-      noteAnsweredCode(res, Code.Unimplemented);
-      if (isHttp2Request(req)) {
-        // respond() writes these headers alone: x-request-id (set on `res`) too.
-        headers["x-request-id"] = facts.requestId;
-        req.stream.respond({ ":status": 200, ...headers }, { endStream: true });
-      } else {
-        res.writeHead(200, headers);
-        res.end();
-      }
+      writeErrorInProtocol(req, res, protocol, Code.Unimplemented, `unknown method ${path}`);
       return;
     }
     writeJsonError(res, Code.NotFound, `no route for ${path}`);

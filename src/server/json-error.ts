@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { constants as http2Constants, Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { WireProtocol } from "./request-context.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
 export type NodeResponse = ServerResponse | Http2ServerResponse;
@@ -128,6 +129,55 @@ export function writeJsonError(
     "content-length": Buffer.byteLength(body),
   });
   res.end(body);
+}
+
+/**
+ * An error answered before (or instead of) connect-es, in the words of the caller's protocol: a
+ * gRPC or gRPC-Web client reads `grpc-status`, not the HTTP status (grpc-js turns an HTTP 408 or
+ * 404 into UNKNOWN or UNIMPLEMENTED and loses the message), so those get a trailers-only answer
+ * (HTTP 200, `grpc-status` and `grpc-message` in the headers, nothing else); everything else
+ * Connect's JSON error shape with `status` (see writeJsonError). `rpcProtocol` is the protocol
+ * of a request on an RPC path (RequestFacts.protocol), undefined elsewhere: a webhook or REST
+ * request that merely says `application/grpc` gets JSON, never a 200.
+ */
+export function writeErrorInProtocol(
+  req: NodeRequest,
+  res: NodeResponse,
+  rpcProtocol: WireProtocol | undefined,
+  code: Code,
+  message: string,
+  status: number = httpStatusOf(code),
+  headers: Record<string, string> = {},
+): void {
+  if ((rpcProtocol !== "grpc" && rpcProtocol !== "grpc-web") || res.headersSent) {
+    writeJsonError(res, code, message, status, headers);
+    return;
+  }
+  const trailersOnly: Record<string, string> = {
+    ...headers,
+    "content-type": req.headers["content-type"] ?? `application/${rpcProtocol}`,
+    "grpc-status": String(code),
+    "grpc-message": grpcMessageHeader(message),
+  };
+  noteAnsweredCode(res, code);
+  if (res instanceof Http2ServerResponse) {
+    // One HEADERS frame with END_STREAM, what gRPC calls trailers-only; respond() writes the
+    // headers it is given alone, so those already set on `res` (x-request-id) are added.
+    const already = res.getHeaders() as Record<string, string>;
+    res.stream.respond({ ...already, ...trailersOnly, ":status": 200 }, { endStream: true });
+  } else {
+    res.writeHead(200, trailersOnly);
+    res.end();
+  }
+}
+
+/** `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E percent-encoded. */
+export function grpcMessageHeader(text: string): string {
+  let spelled = "";
+  for (const byte of Buffer.from(text, "utf8")) {
+    spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  return spelled;
 }
 
 export function writeConnectError(res: NodeResponse, error: unknown): void {

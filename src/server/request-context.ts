@@ -48,3 +48,11 @@ export function protocolOfContentType(contentType: string | null | undefined): W
   if (contentType.startsWith("application/grpc")) return "grpc";
   return "connect";
 }
+
+/**
+ * The protocol of a request on an RPC path (Connect, gRPC, gRPC-Web: the routes set it), for
+ * writeErrorInProtocol; undefined for REST and webhooks (`rest`, the HTTP layer's default).
+ */
+export function rpcProtocolOf(facts: Pick<RequestFacts, "protocol">): WireProtocol | undefined {
+  return facts.protocol === "rest" ? undefined : facts.protocol;
+}

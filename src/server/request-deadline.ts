@@ -1,27 +1,28 @@
 import { Http2ServerResponse, constants as http2Constants } from "node:http2";
 import type { Socket } from "node:net";
 import { Code } from "@connectrpc/connect";
-import { isHttp2Request, type NodeRequest, type NodeResponse, writeJsonError } from "./json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse, writeErrorInProtocol } from "./json-error.js";
+import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
 
 /**
  * The deadlines of one request, both `timeoutMs` (ACCESSD_REQUEST_TIMEOUT):
  *
  * - its body must arrive within `timeoutMs` of its headers (a client that stalls or trickles the
- *   body): else 408 with the JSON error shape if no response has started, then the request is
- *   destroyed (HTTP/2: its stream closed), which frees the handler waiting on the body and the
+ *   body): else 408 with the JSON error shape if no response has started (a gRPC or gRPC-Web
+ *   call: DEADLINE_EXCEEDED, trailers-only), then the request is destroyed (HTTP/2: its stream closed), which frees the handler waiting on the body and the
  *   connection. Node's own
  *   `requestTimeout` is enforced by a periodic check an http.Server starts when it listens;
  *   httpolyglot's inner HTTP/1.1 server never listens itself, so that check never runs, and http2
  *   servers have no such timeout at all. This covers both.
  * - the client must take its answer: see cutStalledAnswer.
  */
-export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: Pick<RequestFacts, "protocol">): void {
   if (res instanceof Http2ServerResponse) {
-    enforceHttp2Deadlines(req, res, timeoutMs);
+    enforceHttp2Deadlines(req, res, timeoutMs, facts);
     return;
   }
   const timer = setTimeout(() => {
-    if (!req.complete) cutIncompleteRequest(req, res, timeoutMs);
+    if (!req.complete) cutIncompleteRequest(req, res, timeoutMs, facts);
   }, timeoutMs).unref();
   res.once("close", () => {
     clearTimeout(timer);
@@ -72,7 +73,8 @@ function discardRestOfBody(req: NodeRequest, timeoutMs: number, cut: () => void)
   req.resume();
 }
 
-function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number): void {
+/** `facts.protocol` is read when the deadline passes: by then the route has named the protocol. */
+function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: Pick<RequestFacts, "protocol">): void {
   if (res instanceof Http2ServerResponse) {
     // The body's reader must fail: reset, an HTTP/2 stream ends its request body as if complete,
     // and a handler went on to act on what had come (an app created after its client got 408).
@@ -91,8 +93,10 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
     }
     res.once("finish", () => req.destroy());
   }
-  writeJsonError(
+  writeErrorInProtocol(
+    req,
     res,
+    rpcProtocolOf(facts),
     Code.DeadlineExceeded,
     `the request body did not arrive within ${timeoutMs} ms`,
     408,
@@ -114,14 +118,14 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
  * and stays. (Node's own stream timeout is not used: it is put off while anything else is sent
  * on the session, so a client could keep it from firing with PINGs.)
  */
-function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number): void {
+function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number, facts: Pick<RequestFacts, "protocol">): void {
   const { stream } = res;
   let waitingAtLastCheck = false;
   const timer = setTimeout(() => {
     if (stream.closed || stream.destroyed) return;
     // Sent to its end by the client (`req.complete` is also false while a handler leaves the body unread).
     if (!req.complete && stream.state.remoteClose !== 1) {
-      cutIncompleteRequest(req, res, timeoutMs);
+      cutIncompleteRequest(req, res, timeoutMs, facts);
       return;
     }
     const waiting = stream.writableLength > 0;

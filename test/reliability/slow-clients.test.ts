@@ -366,6 +366,49 @@ describe("slow clients", () => {
     }
   });
 
+  it("answers a gRPC or gRPC-Web call whose body stalls with DEADLINE_EXCEEDED in its own protocol, not an HTTP 408 a gRPC client cannot read", async () => {
+    const message = `the request body did not arrive within ${requestTimeoutMs} ms`;
+    // A length prefix promising 100 bytes of message, and 10 of them.
+    const partialFrame = Buffer.concat([Buffer.from([0, 0, 0, 0, 100]), Buffer.alloc(10)]);
+    const client = http2Connect(server.url);
+    client.on("error", () => {});
+    try {
+      const stream = client.request({
+        ":method": "POST",
+        ":path": "/svc.api.app.v1.Apps/Create",
+        "content-type": "application/grpc",
+        te: "trailers",
+        ...server.headers,
+      });
+      stream.on("error", () => {});
+      stream.write(partialFrame);
+      const started = Date.now();
+      const [headers, flags] = (await once(stream, "response")) as [Record<string, string | number>, number];
+      expect(Date.now() - started).toBeLessThan(requestTimeoutMs + slackMs);
+      // Trailers-only: HTTP 200, the status in the one HEADERS frame, which ends the stream.
+      expect(headers[":status"]).toBe(200);
+      expect(headers["grpc-status"]).toBe(String(grpc.status.DEADLINE_EXCEEDED));
+      expect(headers["grpc-message"]).toBe(message);
+      expect(headers["content-type"]).toBe("application/grpc");
+      expect(headers["x-request-id"]).toBeTruthy();
+      expect(flags & http2Constants.NGHTTP2_FLAG_END_STREAM).toBeTruthy();
+      await once(stream, "close");
+    } finally {
+      client.close();
+    }
+
+    // gRPC-Web over HTTP/1.1: the same, in the response headers.
+    const head =
+      `POST /svc.api.app.v1.Apps/Create HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/grpc-web+proto\r\n` +
+      `authorization: ${server.headers.authorization}\r\nContent-Length: 105\r\n\r\n`;
+    const answer = await rawRequest(server.address.port, [head, partialFrame], { timeoutMs: 10_000 });
+    expect(answer?.status).toBe(200);
+    expect(answer?.headers["grpc-status"]).toBe(String(grpc.status.DEADLINE_EXCEEDED));
+    expect(answer?.headers["grpc-message"]).toBe(message);
+    expect(answer?.headers.connection).toBe("close");
+    expect(answer?.ms).toBeLessThan(requestTimeoutMs + slackMs);
+  });
+
   it("closes an HTTP/1.1 connection whose client stops reading its answers after the request timeout", async () => {
     const oneAnswer = (await (await fetch(`${server.url}/openapi.json`)).arrayBuffer()).byteLength;
     const socket = connect({ port: server.address.port, host: "127.0.0.1" });
