@@ -142,6 +142,12 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
         "bootstrap Super Admin client: ACCESSD_BOOTSTRAP_CLIENT_SECRET is not this existing client's secret and was not used " +
           "(the client keeps its secret; to replace it, delete the client, or stop the server and run `accessd bootstrap`)",
       );
+    } else if (outcome === "deleted") {
+      log.warn(
+        { clientId, outcome },
+        "bootstrap Super Admin client: this client was deleted and ACCESSD_BOOTSTRAP_CLIENT_SECRET is the secret it had, so it is not " +
+          "created again (a deleted client stays revoked; to create it anew, give the variable a new secret)",
+      );
     } else {
       log.info({ clientId, outcome }, "bootstrap Super Admin client");
     }

@@ -129,14 +129,24 @@ describe("user roles", () => {
     expect((await createUser(["SUPER_ADMIN"])).status).toBe(200); // the Super Admin may
   });
 
-  it("refuses an ADMIN changing a SUPER_ADMIN's roles but allows renaming them", async () => {
+  it("refuses an ADMIN any change to a SUPER_ADMIN user (roles, name, email, username), and lets it change an ADMIN", async () => {
     const admin = bearer(await server.tokenFor(Role.ADMIN));
     const superUser = await userIdWith(["SUPER_ADMIN"]);
+    const before = await (await server.call("GET", `/api/v1/users/${superUser}`)).json();
     const demote = await server.call("POST", `/api/v1/users/${superUser}`, { user: { roles: ["READ_ONLY"] } }, admin);
     expect(demote.status).toBe(403);
-    const rename = await server.call("POST", `/api/v1/users/${superUser}`, { user: { displayName: "renamed" } }, admin);
-    expect(rename.status).toBe(200);
-    expect(((await rename.json()) as { user: { roles: string[] } }).user.roles).toEqual(["SUPER_ADMIN"]);
+    // A profile change too: an ADMIN could otherwise give a Super Admin another user's name or
+    // email and mislead whoever grants roles next.
+    for (const user of [{ displayName: "renamed" }, { email: "attacker@example.com" }, { username: "someone-else" }]) {
+      const changed = await server.call("POST", `/api/v1/users/${superUser}`, { user }, admin);
+      expect(changed.status).toBe(403);
+      expect(await changed.json()).toEqual({ code: "permission_denied", message: "only a caller with role SUPER_ADMIN may change a user who holds it" });
+    }
+    expect(await (await server.call("GET", `/api/v1/users/${superUser}`)).json()).toEqual(before);
+    // A Super Admin may; an ADMIN may change a user whose roles are within its own.
+    expect((await server.call("POST", `/api/v1/users/${superUser}`, { user: { displayName: "renamed" } })).status).toBe(200);
+    const otherAdmin = await userIdWith(["ADMIN"]);
+    expect((await server.call("POST", `/api/v1/users/${otherAdmin}`, { user: { displayName: "renamed" } }, admin)).status).toBe(200);
   });
 
   it("clears roles only when the update mask names them", async () => {

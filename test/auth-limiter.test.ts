@@ -104,6 +104,27 @@ describe("POST /auth/v1/token behind a reverse proxy", () => {
     }
   });
 
+  it("does not lock a client out from an address it got a token from lately, however many failures others cause for its id", async () => {
+    const server = await startTestServer({ trustedProxies: ["127.0.0.1/32"] }, { clock });
+    try {
+      const from = (address: string) => ({ "x-forwarded-for": address });
+      expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(200);
+      // Someone who knows the client id (a bootstrap client's is in its user's username) fails
+      // for it from ten addresses: the client id's limit is reached.
+      for (let i = 0; i < 10; i++) expect((await requestToken(server, wrong, "form", from(`203.0.113.${50 + i}`))).status).toBe(401);
+      // From an address the client never got a token from, even the right secret waits.
+      expect((await requestToken(server, right, "form", from("203.0.113.99"))).status).toBe(429);
+      // From its own address it is not locked out (that address's own limit is untouched).
+      expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(200);
+      // Familiar for 30 days after its last token, not longer.
+      clock.advance(30 * 24 * 60 * 60 * 1000);
+      for (let i = 0; i < 10; i++) expect((await requestToken(server, wrong, "form", from(`203.0.113.${70 + i}`))).status).toBe(401);
+      expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(429);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("ignores X-Forwarded-For from a peer that is not a trusted proxy", async () => {
     const server = await startTestServer({}, { clock });
     try {

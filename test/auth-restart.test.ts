@@ -96,3 +96,39 @@ describe("ACCESSD_BOOTSTRAP_CLIENT_SECRET changed for an existing client", () =>
     }
   });
 });
+
+describe("a bootstrap client deleted from its database", () => {
+  it("is not created again by a start whose ACCESSD_BOOTSTRAP_CLIENT_SECRET is the secret it had, and is with a new one", async () => {
+    const store = Store.open(":memory:");
+    try {
+      const leaked = { clientId: "ops-admin", clientSecret: "leaked-secret-leaked-secret" };
+      expect(await ensureBootstrapClient(store, systemClock, leaked)).toBe("created");
+      store.clients.delete("ops-admin"); // revoked through Clients.Delete
+      // The next start (a crash, a deploy) with the variables unchanged: it stays revoked.
+      expect(await ensureBootstrapClient(store, systemClock, leaked)).toBe("deleted");
+      expect(store.clients.get("ops-admin")).toBeUndefined();
+      // With a new secret it is created again, under that secret only.
+      const rotated = { ...leaked, clientSecret: "rotated-secret-rotated-secret" };
+      expect(await ensureBootstrapClient(store, systemClock, rotated)).toBe("created");
+      expect(await verifySecret(rotated.clientSecret, store.clients.get("ops-admin")?.secretHash ?? "")).toBe(true);
+      expect(await ensureBootstrapClient(store, systemClock, rotated)).toBe("exists");
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("stays revoked when it was bootstrapped by a build that kept no record of its secret (the record is made at the next start)", async () => {
+    const store = Store.open(":memory:");
+    try {
+      const given = { clientId: "ops-admin", clientSecret: "older-build-secret-older-build" };
+      expect(await ensureBootstrapClient(store, systemClock, given)).toBe("created");
+      // As an older build left it: the client, no record of its secret.
+      store.db.prepare("DELETE FROM settings WHERE name = ?").run("bootstrap-client-secret-hash:ops-admin");
+      expect(await ensureBootstrapClient(store, systemClock, given)).toBe("exists");
+      store.clients.delete("ops-admin");
+      expect(await ensureBootstrapClient(store, systemClock, given)).toBe("deleted");
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
 import { principalKey } from "../auth/principal.js";
-import { checkRoleChange, normalizeRoles } from "../auth/role-grants.js";
+import { checkRoleChange, checkUserInReach, normalizeRoles } from "../auth/role-grants.js";
 import { yieldToRequests } from "../event-loop.js";
 import { listingFingerprint, paginate, paginateAsync } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
@@ -61,6 +61,7 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       const id = requireField(given?.id, "user.id");
       return store.transaction(() => {
         const user = getOrThrow(id);
+        checkUserInReach(context.values.get(principalKey), user.roles);
         const write = fieldsToWrite(
           req.updateMask,
           { displayName: "display_name", email: "email", username: "username", roles: "roles" },

@@ -31,3 +31,16 @@ export function checkRoleChange(caller: Principal | undefined, before: readonly 
     );
   }
 }
+
+/**
+ * A caller may change a user at all (name, email, username, roles) only if the user holds no role
+ * above the caller's: an ADMIN could otherwise rename a SUPER_ADMIN, or give it another's email,
+ * and mislead whoever grants roles next.
+ */
+export function checkUserInReach(caller: Principal | undefined, userRoles: readonly Role[]): void {
+  const callerRole = caller?.role ?? Role.ROLE_UNSPECIFIED;
+  const beyond = userRoles.find((r) => r > callerRole);
+  if (beyond !== undefined) {
+    throw new ConnectError(`only a caller with role ${Role[beyond]} may change a user who holds it`, Code.PermissionDenied);
+  }
+}

@@ -14,6 +14,7 @@ import type { AccessTokens } from "./access-tokens.js";
 import { assertionRefusal, jwtBearerAssertionType, verifyClientAssertion } from "./client-assertion.js";
 import { decoyHash, verifySecret } from "./client-secret.js";
 import type { FailureLimiter } from "./failure-limiter.js";
+import { FamiliarAddresses } from "./familiar-addresses.js";
 import { invalidClient, OAuthError, type OAuthErrorCode, writeOAuthError, writeOAuthJson } from "./oauth-error.js";
 import { parseTokenRequest, requireParameter, type TokenParameters } from "./token-request.js";
 
@@ -56,10 +57,15 @@ interface TokenAudit {
  * authenticated in the body only, by client_secret_post or private_key_jwt (RFC 7523). Answers
  * `{access_token, token_type, expires_in}` or an RFC 6749 error, never cached. Failures count
  * per client id and per source address (X-Forwarded-For believed from trusted proxies only), each
- * attempt from its start; past the limit the answer is 429 with Retry-After.
+ * attempt from its start; past the limit the answer is 429 with Retry-After. The client id's
+ * limit does not apply from an address the client got a token from lately (FamiliarAddresses).
  */
 export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
-  const options: TokenEndpoint = { ...endpointOptions, sourceIp: new SourceIpResolver(endpointOptions.trustedProxies) };
+  const options: TokenEndpoint = {
+    ...endpointOptions,
+    sourceIp: new SourceIpResolver(endpointOptions.trustedProxies),
+    familiar: new FamiliarAddresses(endpointOptions.clock),
+  };
   return {
     path: tokenPath,
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
@@ -102,6 +108,7 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
 /** The endpoint's options and what is built from them once. */
 interface TokenEndpoint extends TokenEndpointOptions {
   sourceIp: SourceIpResolver;
+  familiar: FamiliarAddresses;
 }
 
 async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: TokenAudit) {
@@ -138,7 +145,8 @@ async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: Token
   const credential = credentialOf(params);
 
   const addressKey = `address:${sourceAddress}`;
-  const keys = clientId.length <= maxClientIdLength ? [`client:${clientId}`, addressKey] : [addressKey];
+  const limitsClient = clientId.length <= maxClientIdLength && !options.familiar.has(clientId, sourceAddress);
+  const keys = limitsClient ? [`client:${clientId}`, addressKey] : [addressKey];
   const admission = options.limiter.admit(keys);
   if (!admission.admitted) {
     const retryAfter = admission.retryAfterSeconds;
@@ -167,6 +175,7 @@ async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: Token
   if (now === undefined || now.createdAt !== client.createdAt) {
     throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
   }
+  options.familiar.remember(clientId, sourceAddress);
   return issued;
 }
 
