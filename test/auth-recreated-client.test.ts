@@ -98,3 +98,47 @@ describe("tokens issued before they named their client record", () => {
     }
   });
 });
+
+describe("an access token's lifetime", () => {
+  it("is at most ACCESSD_TOKEN_TTL from its iat, whatever its exp says, and a token issued in the future is refused", async () => {
+    const start = Date.parse("2026-03-01T12:00:00.000Z");
+    const clock = new ManualClock(start);
+    const store = Store.open(":memory:");
+    try {
+      const cipher = new SecretCipher(randomBytes(32));
+      const baseUrl = "http://localhost:8080";
+      const tokens = await AccessTokens.load(store, { baseUrl, ttlMs: 3_600_000, clock, cipher });
+      const [stored] = store.signingKeys.all();
+      if (stored?.sealedPrivateJwk === undefined) throw new Error("no sealed signing key");
+      const key = await importJWK(JSON.parse(cipher.open(stored.sealedPrivateJwk, signingKeyAssociatedData(stored.kid)).toString("utf8")) as JWK, "EdDSA");
+      // Signed with the service's own key, as by someone holding a copy of the database and its key file.
+      const minted = (iatSeconds: number, expSeconds: number) =>
+        new SignJWT({ client_id: "c1" })
+          .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: stored.kid })
+          .setIssuer(baseUrl)
+          .setAudience(baseUrl)
+          .setSubject("c1")
+          .setIssuedAt(iatSeconds)
+          .setExpirationTime(expSeconds)
+          .sign(key);
+      const now = start / 1000;
+      const tenYears = await minted(now, now + 10 * 365 * 86_400);
+      expect((await tokens.verify(tenYears)).clientId).toBe("c1");
+      clock.advance(3_600_000);
+      await expect(tokens.verify(tenYears)).rejects.toThrow("token is older than ACCESSD_TOKEN_TTL"); // also on a cache hit
+      const later = clock.now() / 1000;
+      await expect(tokens.verify(await minted(later + 3_600, later + 7_200))).rejects.toThrow("token was issued in the future");
+      expect((await tokens.verify(await minted(later + 30, later + 3_600))).clientId).toBe("c1"); // a clock stepped back a little
+
+      // A TTL lowered since: the tokens issued under the longer one end at the new TTL.
+      const issued = await tokens.issue({ id: "c1", createdAt: clock.now() });
+      const shorter = await AccessTokens.load(store, { baseUrl, ttlMs: 600_000, clock, cipher });
+      expect((await shorter.verify(issued.accessToken)).clientId).toBe("c1");
+      clock.advance(600_000);
+      await expect(shorter.verify(issued.accessToken)).rejects.toThrow("token is older than ACCESSD_TOKEN_TTL");
+      expect((await tokens.verify(issued.accessToken)).clientId).toBe("c1");
+    } finally {
+      await store.close();
+    }
+  });
+});

@@ -193,10 +193,16 @@ export class AccessTokens {
       if (clientCreatedAt !== undefined && typeof clientCreatedAt !== "number") {
         throw new InvalidAccessTokenError("token claims are invalid");
       }
-      return {
-        token: { clientId: payload.sub, clientCreatedAt, issuedAt: payload.iat ?? 0 },
-        expiresAtMs: (payload.exp ?? 0) * 1000,
-      };
+      // Only this service signs its tokens, each living ACCESSD_TOKEN_TTL from its iat. A token
+      // that says otherwise was signed elsewhere with this key (a leaked database and key file),
+      // or under a longer TTL since lowered: it is good for at most the TTL from its iat, and one
+      // issued in the future (beyond a minute of clock steps) is refused.
+      const issuedAt = payload.iat ?? 0;
+      const nowSeconds = this.options.clock.now() / 1000;
+      if (issuedAt > nowSeconds + maxClockStepSeconds) throw new InvalidAccessTokenError("token was issued in the future");
+      const expiresAtMs = Math.min(payload.exp ?? 0, issuedAt + this.options.ttlMs / 1000) * 1000;
+      if (expiresAtMs <= this.options.clock.now()) throw new InvalidAccessTokenError("token is older than ACCESSD_TOKEN_TTL");
+      return { token: { clientId: payload.sub, clientCreatedAt, issuedAt }, expiresAtMs };
     } catch (e) {
       if (e instanceof InvalidAccessTokenError) throw e;
       throw new InvalidAccessTokenError(describeJoseError(e));
@@ -209,6 +215,9 @@ export class AccessTokens {
     return key;
   }
 }
+
+/** How far in the future a token's iat may be: the clock stepped back since it was issued. */
+const maxClockStepSeconds = 60;
 
 function publicPart(jwk: JWK): JWK {
   const { kty, crv, x } = jwk;
