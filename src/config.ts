@@ -316,8 +316,11 @@ function parseExecutionRetention(env: Env, name: string): number | undefined {
   return ms;
 }
 
+/** ACCESSD_TOKEN_TTL's upper bound: no access token lives longer (a retired signing key verifies this long). */
+export const maxTokenTtlMs = 86_400_000;
+
 function parseTokenTtl(env: Env, name: string): number | undefined {
   const ms = parseDuration(env, name);
-  if (ms !== undefined && (ms < 60_000 || ms > 86_400_000)) throw new ConfigError(name, "must be between 1m and 24h");
+  if (ms !== undefined && (ms < 60_000 || ms > maxTokenTtlMs)) throw new ConfigError(name, "must be between 1m and 24h");
   return ms;
 }

@@ -11,6 +11,7 @@ import {
   type JWTHeaderParameters,
 } from "jose";
 import type { Clock } from "../clock.js";
+import { maxTokenTtlMs } from "../config.js";
 import type { SecretCipher } from "../store/secret-cipher.js";
 import { signingKeyAssociatedData } from "../store/signing-keys-repository.js";
 import type { Store } from "../store/store.js";
@@ -115,13 +116,8 @@ export class AccessTokens {
    */
   static async load(store: Store, { cipher, ...options }: AccessTokenLoadOptions): Promise<AccessTokens> {
     const sealingOf = signingKeyAssociatedData;
-    if (store.signingKeys.all().length === 0) {
-      const { privateKey } = await generateKeyPair(algorithm, { extractable: true });
-      const privateJwk = await exportJWK(privateKey);
-      const kid = await calculateJwkThumbprint(publicPart(privateJwk));
-      const sealedPrivateJwk = cipher.seal(Buffer.from(JSON.stringify(privateJwk), "utf8"), sealingOf(kid));
-      store.signingKeys.insert({ kid, sealedPrivateJwk, createdAt: options.clock.now() });
-    }
+    if (store.signingKeys.all().length === 0) store.signingKeys.insert(await AccessTokens.newSigningKey(cipher, options.clock));
+    AccessTokens.deleteRetiredKeys(store, options.clock);
     const pairs: KeyPair[] = [];
     for (const stored of store.signingKeys.all()) {
       let text = stored.clearPrivateJwk;
@@ -145,6 +141,35 @@ export class AccessTokens {
     const newest = pairs.at(-1);
     if (newest === undefined) throw new Error("no token signing key in the store");
     return new AccessTokens(newest, new Map(pairs.map((p) => [p.kid, p.publicKey])), options);
+  }
+
+  /**
+   * A new signing key, sealed under the data key, to be stored: the newest stored key signs
+   * (from the next start), every key still stored verifies.
+   */
+  static async newSigningKey(cipher: SecretCipher, clock: Clock): Promise<{ kid: string; sealedPrivateJwk: Buffer; createdAt: number }> {
+    const { privateKey } = await generateKeyPair(algorithm, { extractable: true });
+    const privateJwk = await exportJWK(privateKey);
+    const kid = await calculateJwkThumbprint(publicPart(privateJwk));
+    const sealedPrivateJwk = cipher.seal(Buffer.from(JSON.stringify(privateJwk), "utf8"), signingKeyAssociatedData(kid));
+    return { kid, sealedPrivateJwk, createdAt: clock.now() };
+  }
+
+  /**
+   * Deletes the keys no token they signed can still be good under: a key stops signing when a
+   * newer one is added (`accessd rotate-signing-key`, with the server stopped), so its last token
+   * was issued before that, and no token is good past the longest ACCESSD_TOKEN_TTL (24 h) from
+   * its iat. Returns the kids deleted.
+   */
+  static deleteRetiredKeys(store: Store, clock: Clock): string[] {
+    const keys = store.signingKeys.all();
+    const retired: string[] = [];
+    keys.forEach((key, i) => {
+      const successor = keys[i + 1];
+      if (successor !== undefined && successor.createdAt + maxTokenTtlMs <= clock.now()) retired.push(key.kid);
+    });
+    for (const kid of retired) store.signingKeys.delete(kid);
+    return retired;
   }
 
   async issue(client: TokenClient): Promise<IssuedToken> {

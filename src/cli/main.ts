@@ -7,6 +7,7 @@ import { shutdownLogFlushMs } from "../log-output.js";
 import { createLogger, flushLogs } from "../logger.js";
 import { type Accessd, startAccessd } from "../main.js";
 import { backupDatabase, type BackupResult } from "../store/backup.js";
+import { rotateSigningKey } from "../auth/signing-key-rotation.js";
 import { rotateDataKey } from "../store/data-key-rotation.js";
 import { ServingLock } from "../store/serving-lock.js";
 import { refuseNonFileDatabase, Store } from "../store/store.js";
@@ -124,6 +125,25 @@ program
       rotation.keyFile === undefined
         ? "accessd: start the server with ACCESSD_DATA_KEY set to the new key; the old one no longer opens this database\n"
         : `accessd: ${rotation.keyFile} holds the new key; backups taken before keep the old one with them\n`,
+    );
+  });
+
+program
+  .command("rotate-signing-key")
+  .option("--end-old-tokens", "delete the old keys at once, so that every token issued before is refused (a key that leaked)")
+  .description(
+    "add a new access-token signing key to ACCESSD_DATABASE (with the server stopped): it signs from the next start; " +
+      "tokens signed by the old keys stay good until they expire, and the old keys are deleted 24 h later. Prints what it did (JSON)",
+  )
+  .action(async (flags: { endOldTokens?: boolean }) => {
+    const config = loadConfigOrExit();
+    const endOldTokens = flags.endOldTokens === true;
+    const rotation = await rotateSigningKey(config.database, { dataKey: config.dataKey, endOldTokens, clock: systemClock }).catch(exitOnConfigError);
+    process.stdout.write(`${JSON.stringify(rotation)}\n`);
+    process.stderr.write(
+      endOldTokens
+        ? "accessd: start the server to sign with the new key; every token issued before is refused from then on\n"
+        : "accessd: start the server to sign with the new key; tokens signed by the old keys stay good until they expire (ACCESSD_TOKEN_TTL)\n",
     );
   });
 

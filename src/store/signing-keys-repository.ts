@@ -27,6 +27,7 @@ export class SigningKeysRepository {
   private readonly allStmt;
   private readonly insertStmt;
   private readonly sealStmt;
+  private readonly deleteStmt;
 
   constructor(private readonly db: Database) {
     this.allStmt = db.prepare<[], SigningKeyRow>("SELECT * FROM token_signing_keys ORDER BY created_at, kid");
@@ -36,6 +37,7 @@ export class SigningKeysRepository {
     this.sealStmt = db.prepare<[Buffer, string]>(
       "UPDATE token_signing_keys SET sealed_private_jwk = ?, private_jwk = '' WHERE kid = ?",
     );
+    this.deleteStmt = db.prepare<[string]>("DELETE FROM token_signing_keys WHERE kid = ?");
   }
 
   /** Every key, oldest first. */
@@ -60,6 +62,16 @@ export class SigningKeysRepository {
     this.db.pragma("secure_delete = ON");
     try {
       this.sealStmt.run(sealedPrivateJwk, kid);
+    } finally {
+      this.db.pragma("secure_delete = OFF");
+    }
+  }
+
+  /** Deletes a retired key, its cells overwritten with zeros (secure_delete) rather than left in a free page. */
+  delete(kid: string): void {
+    this.db.pragma("secure_delete = ON");
+    try {
+      this.deleteStmt.run(kid);
     } finally {
       this.db.pragma("secure_delete = OFF");
     }
