@@ -172,29 +172,42 @@ export class HttpServer {
     };
     enforceDeadlines(req, res, this.options.requestTimeoutMs, facts);
     this.route(req, res, path, facts).catch((e: unknown) => {
-      if (isStoreUnavailable(e)) {
-        // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
-        this.options.log.error({ err: e, requestId, path }, "request failed: the store is unavailable");
-        writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
-        return;
-      }
-      if (e instanceof RequestTimeoutError) {
-        // The request deadline cut the body and answered 408 (request-deadline.ts): the handler
-        // that was reading it stops here, having done nothing.
-        this.options.log.info({ requestId, path }, "request cut by its deadline before its body arrived");
-        return;
-      }
-      if (clientWentAway(req, e)) {
-        // The client closed the connection (or reset the stream) while its body was being read:
-        // nobody to answer, and not the server's fault; an error line each made noise any client
-        // could cause (256 lines for one HTTP/2 connection that dropped its streams).
-        this.options.log.info({ requestId, path }, "request abandoned by the client before its body arrived");
+      try {
+        this.answerFailedRequest(req, res, path, facts, e);
+      } catch (failure) {
+        // Answering the failure failed too (a stream gone meanwhile): never an unhandled
+        // rejection, which would end the process every request shares.
+        this.options.log.error({ err: failure, requestId, path }, "could not answer a failed request");
         res.destroy();
-        return;
       }
-      this.options.log.error({ err: e, requestId, path }, "request failed");
-      writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Internal, "internal error");
     });
+  }
+
+  /** A request whose route threw: 503 for a store that failed, nothing for a client gone, else 500. */
+  private answerFailedRequest(req: NodeRequest, res: NodeResponse, path: string, facts: RequestFacts, e: unknown): void {
+    const { requestId } = facts;
+    if (isStoreUnavailable(e)) {
+      // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
+      this.options.log.error({ err: e, requestId, path }, "request failed: the store is unavailable");
+      writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
+      return;
+    }
+    if (e instanceof RequestTimeoutError) {
+      // The request deadline cut the body and answered 408 (request-deadline.ts): the handler
+      // that was reading it stops here, having done nothing.
+      this.options.log.info({ requestId, path }, "request cut by its deadline before its body arrived");
+      return;
+    }
+    if (clientWentAway(req, e)) {
+      // The client closed the connection (or reset the stream) while its body was being read:
+      // nobody to answer, and not the server's fault; an error line each made noise any client
+      // could cause (256 lines for one HTTP/2 connection that dropped its streams).
+      this.options.log.info({ requestId, path }, "request abandoned by the client before its body arrived");
+      res.destroy();
+      return;
+    }
+    this.options.log.error({ err: e, requestId, path }, "request failed");
+    writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Internal, "internal error");
   }
 
   /**

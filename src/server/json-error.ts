@@ -153,6 +153,8 @@ export function writeErrorInProtocol(
     writeJsonError(res, code, message, status, headers);
     return;
   }
+  // A stream the client reset (or a connection it closed) takes no answer: respond() would throw.
+  if (res instanceof Http2ServerResponse ? res.stream.destroyed || res.stream.closed : res.destroyed) return;
   const trailersOnly: Record<string, string> = {
     ...headers,
     "content-type": req.headers["content-type"] ?? `application/${rpcProtocol}`,

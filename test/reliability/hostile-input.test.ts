@@ -477,6 +477,25 @@ describe("hostile input", () => {
     expect((await postWebhook(hmac.postUrl, hmacHeaders(hmac, body), body)).status).toBe(200);
   });
 
+  it("keeps serving when gRPC calls to an unknown method are reset right after their last byte (no answer to a stream that is gone)", async () => {
+    // Each call is read to its end, then answered trailers-only; the client has reset the stream
+    // meanwhile. respond() on it threw, the 500 fallback threw again inside the request's catch,
+    // and the unhandled rejection ended the process (five calls did it every time).
+    const session = http2Connect(server.url);
+    session.on("error", () => {});
+    const closed = Array.from({ length: 50 }, () => {
+      const stream = session.request({ ":method": "POST", ":path": "/no.Such/Method", "content-type": "application/grpc", te: "trailers" });
+      stream.on("error", () => {});
+      stream.end(Buffer.from([0, 0, 0, 0, 0]));
+      stream.close(http2Constants.NGHTTP2_CANCEL);
+      return new Promise((resolve) => stream.once("close", resolve));
+    });
+    await Promise.all(closed);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    session.destroy();
+    expect((await server.call("GET", "/healthz")).status).toBe(200);
+  });
+
   it("answers a protobuf body that does not decode with 400 invalid_argument on a Connect path", async () => {
     const res = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
       method: "POST",
