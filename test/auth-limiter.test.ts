@@ -1,10 +1,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { join } from "node:path";
 import { FailureLimiter } from "../src/auth/failure-limiter.js";
+import { FamiliarAddresses } from "../src/auth/familiar-addresses.js";
 import { ManualClock } from "../src/clock.js";
+import { Store } from "../src/store/store.js";
+import { scratch } from "./support/scratch.js";
 import { requestToken, type TokenAnswer } from "./support/auth-helpers.js";
 import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 
 const clock = new ManualClock(Date.parse("2026-03-01T12:00:00Z"));
+const { tempDir } = scratch("accessd-limiter-");
 // The limiter's window is a minute: each test starts with none of the others' failures.
 afterEach(() => clock.advance(61_000));
 
@@ -49,15 +54,17 @@ describe("POST /auth/v1/token under parallel guessing", () => {
   afterAll(() => server.close());
 
   it("lets only ten of 300 parallel wrong secrets for one client id be tried, and the right one waits after them", async () => {
-    const answers = await Promise.all(Array.from({ length: 300 }, () => requestToken(server, wrong)));
+    // Each from an address of its own, none the client ever got a token from: the client id's limit alone.
+    const from = (i: number) => ({ "x-forwarded-for": `10.1.${i >> 8}.${i & 255}` });
+    const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => requestToken(server, wrong, "form", from(i))));
     expect(countStatuses(answers)).toEqual({ 401: 10, 429: 290 });
     for (const answer of answers.filter((a) => a.status === 429)) {
       expect(answer.body.error).toBe("slow_down");
       expect(Number(answer.headers.get("retry-after"))).toBeGreaterThan(0);
     }
-    expect((await requestToken(server, right)).status).toBe(429);
+    expect((await requestToken(server, right, "form", from(300))).status).toBe(429);
     clock.advance(61_000);
-    expect((await requestToken(server, right)).status).toBe(200);
+    expect((await requestToken(server, right, "form", from(300))).status).toBe(200);
   });
 
   it("lets only ten of 300 parallel guesses from one address be tried, whatever their client ids", async () => {
@@ -114,7 +121,12 @@ describe("POST /auth/v1/token behind a reverse proxy", () => {
       for (let i = 0; i < 10; i++) expect((await requestToken(server, wrong, "form", from(`203.0.113.${50 + i}`))).status).toBe(401);
       // From an address the client never got a token from, even the right secret waits.
       expect((await requestToken(server, right, "form", from("203.0.113.99"))).status).toBe(429);
-      // From its own address it is not locked out (that address's own limit is untouched).
+      // From its own address it is not locked out...
+      expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(200);
+      // ...while that address's own limit holds: guessing from it is no faster.
+      for (let i = 0; i < 10; i++) expect((await requestToken(server, wrong, "form", from("198.51.100.20"))).status).toBe(401);
+      expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(429);
+      clock.advance(61_000);
       expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(200);
       // Familiar for 30 days after its last token, not longer.
       clock.advance(30 * 24 * 60 * 60 * 1000);
@@ -122,6 +134,43 @@ describe("POST /auth/v1/token behind a reverse proxy", () => {
       expect((await requestToken(server, right, "form", from("198.51.100.20"))).status).toBe(429);
     } finally {
       await server.close();
+    }
+  });
+
+  it("remembers a client's addresses across a restart, and at most 16 a client (one client's tokens cannot push out another's)", async () => {
+    const database = join(tempDir(), "accessd.db");
+    const from = (address: string) => ({ "x-forwarded-for": address });
+    const first = await startTestServer({ database, trustedProxies: ["127.0.0.1/32"] }, { clock });
+    try {
+      expect((await requestToken(first, right, "form", from("198.51.100.30"))).status).toBe(200);
+    } finally {
+      await first.close();
+    }
+    const second = await startTestServer({ database, trustedProxies: ["127.0.0.1/32"] }, { clock });
+    try {
+      for (let i = 0; i < 10; i++) expect((await requestToken(second, wrong, "form", from(`203.0.113.${100 + i}`))).status).toBe(401);
+      expect((await requestToken(second, right, "form", from("203.0.113.120"))).status).toBe(429);
+      expect((await requestToken(second, right, "form", from("198.51.100.30"))).status).toBe(200);
+    } finally {
+      await second.close();
+    }
+
+    const store = Store.open(":memory:");
+    try {
+      const familiar = new FamiliarAddresses(store, clock);
+      familiar.remember("ops-admin", "198.51.100.1");
+      for (let i = 0; i < 100; i++) {
+        clock.advance(1);
+        familiar.remember("another-client", `192.0.2.${i}`);
+      }
+      expect(familiar.has("ops-admin", "198.51.100.1")).toBe(true);
+      expect(familiar.has("another-client", "192.0.2.99")).toBe(true);
+      expect(familiar.has("another-client", "192.0.2.83")).toBe(false); // its 17th most recent
+      expect(store.db.prepare("SELECT count(*) FROM client_token_addresses WHERE client_id = 'another-client'").pluck().get()).toBe(16);
+      store.clients.delete("another-client");
+      expect(familiar.has("another-client", "192.0.2.99")).toBe(false);
+    } finally {
+      await store.close();
     }
   });
 

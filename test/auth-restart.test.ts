@@ -112,6 +112,11 @@ describe("a bootstrap client deleted from its database", () => {
       expect(await ensureBootstrapClient(store, systemClock, rotated)).toBe("created");
       expect(await verifySecret(rotated.clientSecret, store.clients.get("ops-admin")?.secretHash ?? "")).toBe(true);
       expect(await ensureBootstrapClient(store, systemClock, rotated)).toBe("exists");
+      // Revoked again, then the configuration rolled back to the first leaked secret: still revoked.
+      store.clients.delete("ops-admin");
+      expect(await ensureBootstrapClient(store, systemClock, leaked)).toBe("deleted");
+      expect(await ensureBootstrapClient(store, systemClock, rotated)).toBe("deleted");
+      expect(store.clients.get("ops-admin")).toBeUndefined();
     } finally {
       await store.close();
     }
@@ -123,7 +128,7 @@ describe("a bootstrap client deleted from its database", () => {
       const given = { clientId: "ops-admin", clientSecret: "older-build-secret-older-build" };
       expect(await ensureBootstrapClient(store, systemClock, given)).toBe("created");
       // As an older build left it: the client, no record of its secret.
-      store.db.prepare("DELETE FROM settings WHERE name = ?").run("bootstrap-client-secret-hash:ops-admin");
+      store.db.prepare("DELETE FROM settings WHERE name = ?").run("bootstrap-client-secret-hashes:ops-admin");
       expect(await ensureBootstrapClient(store, systemClock, given)).toBe("exists");
       store.clients.delete("ops-admin");
       expect(await ensureBootstrapClient(store, systemClock, given)).toBe("deleted");

@@ -47,6 +47,10 @@ const allowed: { startsWith: string; why: string }[] = [
   { startsWith: "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL", why: "at most two secrets per automation, housekeeping only" },
   { startsWith: "SELECT * FROM token_signing_keys ORDER BY created_at", why: "a few signing keys, read at start and on rotation" },
   {
+    startsWith: "DELETE FROM client_token_addresses WHERE client_id = ? AND address NOT IN",
+    why: "one client's addresses (at most 17) sorted by time, when a token comes from a new address or a day after the last",
+  },
+  {
     startsWith: "SELECT users.*, (SELECT group_concat(role) FROM user_roles r WHERE r.user_id = users.id) AS roles FROM users INDEXED BY users_by_email_nocase",
     why: "Search by an exact email: the users with that address, found through its index and sorted (a handful)",
   },

@@ -47,8 +47,12 @@ export async function createSuperAdminClient(
   return { clientId, clientSecret, userId };
 }
 
-/** The settings entry that keeps the secret hash a bootstrap client was last created or seen with. */
-const bootstrapSecretSetting = (clientId: string): string => `bootstrap-client-secret-hash:${clientId}`;
+/**
+ * The settings entry that keeps the hash of every secret a bootstrap client was created or seen
+ * with (a JSON array): a secret once revoked by deleting the client stays revoked, also after the
+ * variable moved on to another secret and back (a configuration rolled back).
+ */
+const bootstrapSecretsSetting = (clientId: string): string => `bootstrap-client-secret-hashes:${clientId}`;
 
 /**
  * ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET: creates that Super Admin client when no client has the id.
@@ -56,27 +60,34 @@ const bootstrapSecretSetting = (clientId: string): string => `bootstrap-client-s
  * later does not rotate a secret silently; delete the client to re-create it. "secret-differs"
  * says the variable's secret is not the client's: an operator who changed it to rotate a leaked
  * secret is not protected, and must be told (the start logs a warning). "deleted" says the
- * client was deleted from this database and the variable still holds the secret it had: deleting
- * a leaked bootstrap client must revoke it, not until the next start (crash, deploy) brings it
- * back with the same secret; it is created again once the variable holds a new secret.
+ * client was deleted from this database and the variable holds a secret it had: deleting a
+ * leaked bootstrap client must revoke it, not until the next start (crash, deploy, rollback)
+ * brings it back with that secret; it is created again once the variable holds a new secret.
  */
 export async function ensureBootstrapClient(
   store: Store,
   clock: Clock,
   bootstrap: { clientId: string; clientSecret: string },
 ): Promise<"created" | "exists" | "secret-differs" | "deleted"> {
-  const setting = bootstrapSecretSetting(bootstrap.clientId);
+  const setting = bootstrapSecretsSetting(bootstrap.clientId);
+  const hashes = (): string[] => {
+    const stored = store.settings.get(setting);
+    return stored === undefined ? [] : (JSON.parse(stored.toString("utf8")) as string[]);
+  };
+  const keep = (hash: string): void => {
+    const known = hashes();
+    if (!known.includes(hash)) store.settings.put(setting, Buffer.from(JSON.stringify([...known, hash])));
+  };
   const existing = store.clients.get(bootstrap.clientId);
   if (existing !== undefined) {
     const same = existing.secretHash !== undefined && (await verifySecret(bootstrap.clientSecret, existing.secretHash));
     // Databases bootstrapped before this record existed get it at their next start.
-    if (same && existing.secretHash !== undefined) store.settings.insertIfAbsent(setting, Buffer.from(existing.secretHash));
+    if (same && existing.secretHash !== undefined) keep(existing.secretHash);
     return same ? "exists" : "secret-differs";
   }
-  const revoked = store.settings.get(setting)?.toString();
-  if (revoked !== undefined && (await verifySecret(bootstrap.clientSecret, revoked))) return "deleted";
+  for (const revoked of hashes()) if (await verifySecret(bootstrap.clientSecret, revoked)) return "deleted";
   await createSuperAdminClient(store, clock, bootstrap);
   const created = store.clients.get(bootstrap.clientId)?.secretHash;
-  if (created !== undefined) store.settings.put(setting, Buffer.from(created));
+  if (created !== undefined) keep(created);
   return "created";
 }

@@ -64,7 +64,7 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
   const options: TokenEndpoint = {
     ...endpointOptions,
     sourceIp: new SourceIpResolver(endpointOptions.trustedProxies),
-    familiar: new FamiliarAddresses(endpointOptions.clock),
+    familiar: new FamiliarAddresses(endpointOptions.store, endpointOptions.clock),
   };
   return {
     path: tokenPath,

@@ -1,12 +1,14 @@
 import type { StreamResponse, UnaryRequest, StreamRequest, UnaryResponse } from "@connectrpc/connect";
 import { outcomeCodeName } from "./json-error.js";
+import { requestFactsKey } from "./request-context.js";
 
 /**
  * Runs the rest of an interceptor chain and tells `ended`, exactly once, how the call came out: a
  * unary call when it returns or throws, a streaming response when its last message is taken or
  * it fails, or, since a cancelled stream may never be iterated again, when the call's signal
  * aborts (with its reason: the client gone, `canceled`, or the deadline passed,
- * `deadline_exceeded`). What the logging and metrics interceptors both need.
+ * `deadline_exceeded`; also when the request deadline cut a request whose body was late, which
+ * aborts the signal as `canceled`). What the logging and metrics interceptors both need.
  */
 export async function callWithOutcome(
   next: (req: UnaryRequest | StreamRequest) => Promise<UnaryResponse | StreamResponse>,
@@ -14,10 +16,11 @@ export async function callWithOutcome(
   ended: (code: string, error?: unknown) => void,
 ): Promise<UnaryResponse | StreamResponse> {
   let done = false;
+  const facts = req.contextValues.get(requestFactsKey);
   const end = (code: string, error?: unknown): void => {
     if (done) return;
     done = true;
-    ended(code, error);
+    ended(facts.cutByDeadline === true ? "deadline_exceeded" : code, error);
   };
   let res;
   try {

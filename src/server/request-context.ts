@@ -22,6 +22,11 @@ export interface RequestFacts {
   observed?: boolean;
   /** The caller's client id, once the authorization interceptor has verified its token (for the log). */
   clientId?: string;
+  /**
+   * Set by the request deadline when it cut the request (its body late): the call's outcome is
+   * then `deadline_exceeded`, what its client was answered, whatever its signal says (`canceled`).
+   */
+  cutByDeadline?: boolean;
 }
 
 /**

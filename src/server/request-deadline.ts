@@ -16,7 +16,7 @@ import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
  *   servers have no such timeout at all. This covers both.
  * - the client must take its answer: see cutStalledAnswer.
  */
-export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: Pick<RequestFacts, "protocol">): void {
+export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: RequestFacts): void {
   if (res instanceof Http2ServerResponse) {
     enforceHttp2Deadlines(req, res, timeoutMs, facts);
     return;
@@ -74,7 +74,8 @@ function discardRestOfBody(req: NodeRequest, timeoutMs: number, cut: () => void)
 }
 
 /** `facts.protocol` is read when the deadline passes: by then the route has named the protocol. */
-function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: Pick<RequestFacts, "protocol">): void {
+function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: RequestFacts): void {
+  facts.cutByDeadline = true; // before the request's destroy() aborts a call in progress
   if (res instanceof Http2ServerResponse) {
     // The body's reader must fail: reset, an HTTP/2 stream ends its request body as if complete,
     // and a handler went on to act on what had come (an app created after its client got 408).
@@ -118,7 +119,7 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
  * and stays. (Node's own stream timeout is not used: it is put off while anything else is sent
  * on the session, so a client could keep it from firing with PINGs.)
  */
-function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number, facts: Pick<RequestFacts, "protocol">): void {
+function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number, facts: RequestFacts): void {
   const { stream } = res;
   let waitingAtLastCheck = false;
   const timer = setTimeout(() => {

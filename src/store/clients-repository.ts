@@ -50,6 +50,10 @@ export class ClientsRepository {
   private readonly getStmt;
   private readonly pageStmt;
   private readonly deleteStmt;
+  private readonly deleteAddressesStmt;
+  private readonly addressStmt;
+  private readonly noteAddressStmt;
+  private readonly trimAddressesStmt;
   private readonly principalStmt;
 
   constructor(
@@ -62,6 +66,18 @@ export class ClientsRepository {
     this.getStmt = db.prepare<[string], ClientRow>("SELECT * FROM clients WHERE id = ?");
     this.pageStmt = db.prepare<[string, number], ClientRow>("SELECT * FROM clients WHERE id > ? ORDER BY id LIMIT ?");
     this.deleteStmt = db.prepare<[string]>("DELETE FROM clients WHERE id = ?");
+    this.deleteAddressesStmt = db.prepare<[string]>("DELETE FROM client_token_addresses WHERE client_id = ?");
+    this.addressStmt = db
+      .prepare<[string, string], number>("SELECT last_token_at FROM client_token_addresses WHERE client_id = ? AND address = ?")
+      .pluck();
+    this.noteAddressStmt = db.prepare<[string, string, number]>(
+      `INSERT INTO client_token_addresses (client_id, address, last_token_at) VALUES (?, ?, ?)
+       ON CONFLICT (client_id, address) DO UPDATE SET last_token_at = excluded.last_token_at`,
+    );
+    this.trimAddressesStmt = db.prepare<[string, string, number]>(
+      `DELETE FROM client_token_addresses WHERE client_id = ? AND address NOT IN
+         (SELECT address FROM client_token_addresses WHERE client_id = ? ORDER BY last_token_at DESC, address LIMIT ?)`,
+    );
     this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null; created_at: number }>(
       `SELECT c.user_id, ${rolesColumn("c.user_id")}, c.created_at FROM clients c WHERE c.id = ?`,
     );
@@ -80,10 +96,22 @@ export class ClientsRepository {
     return this.pageStmt.all(after ?? "", limit).map(toClient);
   }
 
-  /** True when a client was deleted. */
+  /** True when a client was deleted (with the addresses it got tokens from). */
   delete(id: string): boolean {
     this.principals.clear();
+    this.deleteAddressesStmt.run(id);
     return this.deleteStmt.run(id).changes > 0;
+  }
+
+  /** When the client last got a token from `address` (as noted, at most daily), or undefined. */
+  lastTokenFrom(clientId: string, address: string): number | undefined {
+    return this.addressStmt.get(clientId, address);
+  }
+
+  /** The client got a token from `address` at `at`; only its `keep` most recent addresses are kept. */
+  noteTokenFrom(clientId: string, address: string, at: number, keep: number): void {
+    this.noteAddressStmt.run(clientId, address, at);
+    this.trimAddressesStmt.run(clientId, clientId, keep);
   }
 
   principalOf(clientId: string): ClientPrincipal | undefined {

@@ -393,6 +393,22 @@ describe("slow clients", () => {
       expect(headers["x-request-id"]).toBeTruthy();
       expect(flags & http2Constants.NGHTTP2_FLAG_END_STREAM).toBeTruthy();
       await once(stream, "close");
+
+      // A server-streaming call (Health Watch) runs its interceptors before its message arrives:
+      // cut, it is counted and logged as what its client was answered, not as `canceled`.
+      const deadlineExceededWatches = async () => {
+        const metrics = await (await fetch(`${server.url}/metrics`)).text();
+        const line = metrics.split("\n").find((l) => l.startsWith("accessd_requests_total{") && l.includes('operation="grpc.health.v1.Health.Watch"') && l.includes('code="deadline_exceeded"'));
+        return line === undefined ? 0 : Number(line.split(" ").at(-1));
+      };
+      const before = await deadlineExceededWatches();
+      const watch = client.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers" });
+      watch.on("error", () => {});
+      watch.write(partialFrame);
+      const [watchHeaders] = (await once(watch, "response")) as [Record<string, string | number>];
+      expect(watchHeaders["grpc-status"]).toBe(String(grpc.status.DEADLINE_EXCEEDED));
+      await once(watch, "close");
+      await until("the cut Watch is counted", async () => (await deadlineExceededWatches()) === before + 1, 3_000);
     } finally {
       client.close();
     }

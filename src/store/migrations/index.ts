@@ -6,6 +6,7 @@ import { leanWriteIndexesSchema } from "./005-lean-write-indexes.js";
 import { sealedSigningKeysSchema } from "./006-sealed-signing-keys.js";
 import { usersByEmailNocaseSchema } from "./007-users-by-email-nocase.js";
 import { finishEarly005Schema } from "./008-finish-early-005.js";
+import { clientTokenAddressesSchema } from "./009-client-token-addresses.js";
 import type { Database } from "../database.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
@@ -26,4 +27,5 @@ export const migrations: readonly Migration[] = [
   sealedSigningKeysSchema,
   usersByEmailNocaseSchema,
   finishEarly005Schema,
+  clientTokenAddressesSchema,
 ];
