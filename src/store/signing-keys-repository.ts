@@ -30,7 +30,7 @@ export class SigningKeysRepository {
   private readonly deleteStmt;
 
   constructor(private readonly db: Database) {
-    this.allStmt = db.prepare<[], SigningKeyRow>("SELECT * FROM token_signing_keys ORDER BY created_at, kid");
+    this.allStmt = db.prepare<[], SigningKeyRow>("SELECT * FROM token_signing_keys ORDER BY created_at, rowid");
     this.insertStmt = db.prepare<[string, Buffer, number]>(
       "INSERT INTO token_signing_keys (kid, private_jwk, sealed_private_jwk, created_at) VALUES (?, '', ?, ?)",
     );
@@ -40,7 +40,7 @@ export class SigningKeysRepository {
     this.deleteStmt = db.prepare<[string]>("DELETE FROM token_signing_keys WHERE kid = ?");
   }
 
-  /** Every key, oldest first. */
+  /** Every key, oldest first (in the order stored, for keys made in the same millisecond). */
   all(): SigningKey[] {
     return this.allStmt.all().map((r) => ({
       kid: r.kid,
