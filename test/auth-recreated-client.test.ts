@@ -67,27 +67,37 @@ describe("a client deleted and re-created with the same id", () => {
   });
 });
 
+const baseUrl = "http://localhost:8080";
+
+/**
+ * Signs a token for client c1 with the service's own signing key in `store`, as a release that
+ * issued other claims did, or as someone holding a copy of the database and its data key would.
+ */
+async function signWithServiceKey(store: Store, cipher: SecretCipher, claims: { iat: number; exp: number; jti?: string }): Promise<string> {
+  const [stored] = store.signingKeys.all();
+  if (stored?.sealedPrivateJwk === undefined) throw new Error("no sealed signing key");
+  const privateJwk = JSON.parse(cipher.open(stored.sealedPrivateJwk, signingKeyAssociatedData(stored.kid)).toString("utf8")) as JWK;
+  const token = new SignJWT({ client_id: "c1" })
+    .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: stored.kid })
+    .setIssuer(baseUrl)
+    .setAudience(baseUrl)
+    .setSubject("c1")
+    .setIssuedAt(claims.iat)
+    .setExpirationTime(claims.exp);
+  if (claims.jti !== undefined) token.setJti(claims.jti);
+  return token.sign(await importJWK(privateJwk, "EdDSA"));
+}
+
 describe("tokens issued before they named their client record", () => {
   it("are refused when issued in a second before the record's creation, and accepted from that second on", async () => {
     const clock = new ManualClock(Date.parse("2026-03-01T12:00:00.500Z"));
     const store = Store.open(":memory:");
     try {
       const cipher = new SecretCipher(randomBytes(32));
-      const baseUrl = "http://localhost:8080";
       const tokens = await AccessTokens.load(store, { baseUrl, ttlMs: 3_600_000, clock, cipher });
-      const [stored] = store.signingKeys.all();
-      if (stored?.sealedPrivateJwk === undefined) throw new Error("no sealed signing key");
-      const privateJwk = JSON.parse(cipher.open(stored.sealedPrivateJwk, signingKeyAssociatedData(stored.kid)).toString("utf8")) as JWK;
       // A token as the previous release issued them: no client_created_at claim.
-      const legacy = await new SignJWT({ client_id: "c1" })
-        .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: stored.kid })
-        .setIssuer(baseUrl)
-        .setAudience(baseUrl)
-        .setSubject("c1")
-        .setIssuedAt(Math.floor(clock.now() / 1000))
-        .setExpirationTime(Math.floor(clock.now() / 1000) + 3600)
-        .setJti("legacy")
-        .sign(await importJWK(privateJwk, "EdDSA"));
+      const now = Math.floor(clock.now() / 1000);
+      const legacy = await signWithServiceKey(store, cipher, { iat: now, exp: now + 3600, jti: "legacy" });
       const verified = await tokens.verify(legacy);
       expect(verified).toEqual({ clientId: "c1", clientCreatedAt: undefined, issuedAt: Math.floor(clock.now() / 1000) });
       expect(isIssuedToClientRecord(verified, clock.now() - 500)).toBe(true); // created at the start of the token's second
@@ -106,21 +116,9 @@ describe("an access token's lifetime", () => {
     const store = Store.open(":memory:");
     try {
       const cipher = new SecretCipher(randomBytes(32));
-      const baseUrl = "http://localhost:8080";
       const tokens = await AccessTokens.load(store, { baseUrl, ttlMs: 3_600_000, clock, cipher });
-      const [stored] = store.signingKeys.all();
-      if (stored?.sealedPrivateJwk === undefined) throw new Error("no sealed signing key");
-      const key = await importJWK(JSON.parse(cipher.open(stored.sealedPrivateJwk, signingKeyAssociatedData(stored.kid)).toString("utf8")) as JWK, "EdDSA");
       // Signed with the service's own key, as by someone holding a copy of the database and its key file.
-      const minted = (iatSeconds: number, expSeconds: number) =>
-        new SignJWT({ client_id: "c1" })
-          .setProtectedHeader({ alg: "EdDSA", typ: "at+jwt", kid: stored.kid })
-          .setIssuer(baseUrl)
-          .setAudience(baseUrl)
-          .setSubject("c1")
-          .setIssuedAt(iatSeconds)
-          .setExpirationTime(expSeconds)
-          .sign(key);
+      const minted = (iat: number, exp: number) => signWithServiceKey(store, cipher, { iat, exp });
       const now = start / 1000;
       const tenYears = await minted(now, now + 10 * 365 * 86_400);
       expect((await tokens.verify(tenYears)).clientId).toBe("c1");
