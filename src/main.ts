@@ -132,7 +132,10 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
 
   checkDataKey(store, dataKey, () => webhooks.secrets.keyOpensStoredSecrets());
+  const retiredKeys = AccessTokens.deleteRetiredKeys(store, clock);
+  if (retiredKeys.length > 0) log.info({ kids: retiredKeys }, "deleted token signing keys replaced more than a day ago");
   const tokens = await AccessTokens.load(store, { baseUrl: config.baseUrl, ttlMs: config.tokenTtlMs, clock, cipher: dataKey.cipher });
+  log.info({ kid: tokens.signingKid }, "access tokens signed with key");
   if (config.bootstrapClient !== undefined) {
     const { clientId } = config.bootstrapClient;
     const outcome = await ensureBootstrapClient(store, clock, config.bootstrapClient);

@@ -1,4 +1,5 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import BetterSqlite3 from "better-sqlite3";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { join } from "node:path";
 import { FailureLimiter } from "../src/auth/failure-limiter.js";
 import { FamiliarAddresses } from "../src/auth/familiar-addresses.js";
@@ -137,7 +138,7 @@ describe("POST /auth/v1/token behind a reverse proxy", () => {
     }
   });
 
-  it("remembers a client's addresses across a restart, and at most 16 a client (one client's tokens cannot push out another's)", async () => {
+  it("remembers a client's addresses across a restart, and at most 64 a client (one client's tokens cannot push out another's)", async () => {
     const database = join(tempDir(), "accessd.db");
     const from = (address: string) => ({ "x-forwarded-for": address });
     const first = await startTestServer({ database, trustedProxies: ["127.0.0.1/32"] }, { clock });
@@ -165,12 +166,41 @@ describe("POST /auth/v1/token behind a reverse proxy", () => {
       }
       expect(familiar.has("ops-admin", "198.51.100.1")).toBe(true);
       expect(familiar.has("another-client", "192.0.2.99")).toBe(true);
-      expect(familiar.has("another-client", "192.0.2.83")).toBe(false); // its 17th most recent
-      expect(store.db.prepare("SELECT count(*) FROM client_token_addresses WHERE client_id = 'another-client'").pluck().get()).toBe(16);
+      expect(familiar.has("another-client", "192.0.2.35")).toBe(false); // its 65th most recent
+      const addressesOf = (client: string) => store.db.prepare("SELECT count(*) FROM client_token_addresses WHERE client_id = ?").pluck().get(client);
+      expect(addressesOf("another-client")).toBe(64);
+      // One more in the same millisecond as the last, sorting after every other: kept, not trimmed at once.
+      familiar.remember("another-client", "ffff::1");
+      expect(familiar.has("another-client", "ffff::1")).toBe(true);
+      expect(addressesOf("another-client")).toBe(64);
       store.clients.delete("another-client");
       expect(familiar.has("another-client", "192.0.2.99")).toBe(false);
     } finally {
       await store.close();
+    }
+  });
+
+  it("still issues the token when the store cannot note its address, and housekeeping forgets addresses unused for 30 days", async () => {
+    const server = await startTestServer({ trustedProxies: ["127.0.0.1/32"] }, { clock });
+    try {
+      const from = (address: string) => ({ "x-forwarded-for": address });
+      const full = vi.spyOn(server.store.clients, "noteTokenFrom").mockImplementationOnce(() => {
+        throw new BetterSqlite3.SqliteError("database or disk is full", "SQLITE_FULL");
+      });
+      expect((await requestToken(server, right, "form", from("198.51.100.40"))).status).toBe(200);
+      expect(full).toHaveBeenCalledTimes(1);
+      expect(server.store.clients.lastTokenFrom(testBootstrapClient.clientId, "198.51.100.40")).toBeUndefined();
+      full.mockRestore();
+
+      expect((await requestToken(server, right, "form", from("198.51.100.41"))).status).toBe(200);
+      clock.advance(30 * 24 * 60 * 60 * 1000 - 1);
+      expect((await server.housekeeping.runOnce()).tokenAddresses).toBe(0);
+      clock.advance(1);
+      // The test's own token (127.0.0.1) and 198.51.100.41, both 30 days old.
+      expect((await server.housekeeping.runOnce()).tokenAddresses).toBe(2);
+      expect(server.store.clients.lastTokenFrom(testBootstrapClient.clientId, "198.51.100.41")).toBeUndefined();
+    } finally {
+      await server.close();
     }
   });
 

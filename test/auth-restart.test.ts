@@ -122,6 +122,18 @@ describe("a bootstrap client deleted from its database", () => {
     }
   });
 
+  it("stops the start with a message naming the settings entry when that entry was altered", async () => {
+    const store = Store.open(":memory:");
+    try {
+      store.settings.put("bootstrap-client-secret-hashes:ops-admin", Buffer.from("$scrypt$not-json"));
+      await expect(ensureBootstrapClient(store, systemClock, { clientId: "ops-admin", clientSecret: "some-secret-some-secret" })).rejects.toThrow(
+        "the settings entry bootstrap-client-secret-hashes:ops-admin is not a JSON array of secret hashes",
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
   it("stays revoked when it was bootstrapped by a build that kept no record of its secret (the record is made at the next start)", async () => {
     const store = Store.open(":memory:");
     try {

@@ -65,12 +65,27 @@ describe("accessd rotate-signing-key", () => {
     expect(await storedKids(database)).toEqual([oldKid, rotation.kid]);
 
     // A day after the rotation no token the old key signed can be good: the next start deletes it.
-    clock.advance(day);
+    clock.advance(day + 1);
     const later = await startTestServer({ database }, { clock });
     try {
       expect(await listApps(later.url, later.headers.authorization ?? "")).toBe(200);
     } finally {
       await later.close();
+    }
+    expect(await storedKids(database)).toEqual([rotation.kid]);
+  });
+
+  it("makes the new key the newest even when run with a clock behind the current key's (it would never sign, and be deleted as retired)", async () => {
+    const clock = new ManualClock(Date.parse("2026-03-01T12:00:00Z"));
+    const { database } = await databaseWithToken(clock);
+    const behind = new ManualClock(clock.now() - 10 * 60 * 1000);
+    const rotation = await rotateSigningKey(database, { dataKey: undefined, endOldTokens: false, clock: behind });
+    clock.advance(day + 1);
+    const server = await startTestServer({ database }, { clock });
+    try {
+      expect(kidOf(server.headers.authorization ?? "")).toBe(rotation.kid);
+    } finally {
+      await server.close();
     }
     expect(await storedKids(database)).toEqual([rotation.kid]);
   });

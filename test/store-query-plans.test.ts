@@ -48,7 +48,11 @@ const allowed: { startsWith: string; why: string }[] = [
   { startsWith: "SELECT * FROM token_signing_keys ORDER BY created_at", why: "a few signing keys, read at start and on rotation" },
   {
     startsWith: "DELETE FROM client_token_addresses WHERE client_id = ? AND address NOT IN",
-    why: "one client's addresses (at most 17) sorted by time, when a token comes from a new address or a day after the last",
+    why: "one client's addresses (at most 65) sorted by time, when a token comes from a new address or a day after the last",
+  },
+  {
+    startsWith: "DELETE FROM client_token_addresses WHERE last_token_at <= ?",
+    why: "housekeeping every 10 minutes: at most 64 addresses per client",
   },
   {
     startsWith: "SELECT users.*, (SELECT group_concat(role) FROM user_roles r WHERE r.user_id = users.id) AS roles FROM users INDEXED BY users_by_email_nocase",

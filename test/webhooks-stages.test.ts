@@ -344,7 +344,7 @@ describe("housekeeping job", () => {
       }
     });
     const { result, turns } = await turnsDuring(() => job.runOnce());
-    expect(result).toEqual({ events: old, deliveries: old - 10, executions: 0, secrets: 0 });
+    expect(result).toEqual({ events: old, deliveries: old - 10, executions: 0, secrets: 0, tokenAddresses: 0 });
     expect(store.webhooks.events.countFor("l")).toBe(0);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100)).toHaveLength(10);
     // 3 chunks of events and 3 of deliveries: the event loop turned between them.

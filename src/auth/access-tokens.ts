@@ -117,7 +117,6 @@ export class AccessTokens {
   static async load(store: Store, { cipher, ...options }: AccessTokenLoadOptions): Promise<AccessTokens> {
     const sealingOf = signingKeyAssociatedData;
     if (store.signingKeys.all().length === 0) store.signingKeys.insert(await AccessTokens.newSigningKey(cipher, options.clock));
-    AccessTokens.deleteRetiredKeys(store, options.clock);
     const pairs: KeyPair[] = [];
     for (const stored of store.signingKeys.all()) {
       let text = stored.clearPrivateJwk;
@@ -159,7 +158,7 @@ export class AccessTokens {
    * Deletes the keys no token they signed can still be good under: a key stops signing when a
    * newer one is added (`accessd rotate-signing-key`, with the server stopped), so its last token
    * was issued before that, and no token is good past the longest ACCESSD_TOKEN_TTL (24 h) from
-   * its iat. Returns the kids deleted.
+   * its iat. Run at start, before load. Returns the kids deleted.
    */
   static deleteRetiredKeys(store: Store, clock: Clock): string[] {
     const keys = store.signingKeys.all();
@@ -170,6 +169,11 @@ export class AccessTokens {
     });
     for (const kid of retired) store.signingKeys.delete(kid);
     return retired;
+  }
+
+  /** The kid of the key that signs (the newest stored). */
+  get signingKid(): string {
+    return this.signer.kid;
   }
 
   async issue(client: TokenClient): Promise<IssuedToken> {

@@ -72,7 +72,17 @@ export async function ensureBootstrapClient(
   const setting = bootstrapSecretsSetting(bootstrap.clientId);
   const hashes = (): string[] => {
     const stored = store.settings.get(setting);
-    return stored === undefined ? [] : (JSON.parse(stored.toString("utf8")) as string[]);
+    if (stored === undefined) return [];
+    let value: unknown;
+    try {
+      value = JSON.parse(stored.toString("utf8"));
+    } catch {
+      value = undefined;
+    }
+    if (!Array.isArray(value) || !value.every((hash) => typeof hash === "string")) {
+      throw new Error(`the settings entry ${setting} is not a JSON array of secret hashes: the database was altered (deleting that row lets the start go on, and forgets which bootstrap secrets were revoked)`);
+    }
+    return value as string[];
   };
   const keep = (hash: string): void => {
     const known = hashes();

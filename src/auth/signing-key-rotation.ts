@@ -39,6 +39,11 @@ export async function rotateSigningKey(
     const dataKey = resolveDataKey(options.dataKey, databasePath, { holdsSealedSecrets: true });
     checkDataKey(store, dataKey, () => false);
     const key = await AccessTokens.newSigningKey(dataKey.cipher, options.clock);
+    // The newest key signs, by created_at: a clock behind the current key's (skew, a database
+    // moved from a machine ahead) must not leave the new key older, where it would never sign and
+    // a start a day later would delete it as retired.
+    const newestCreatedAt = Math.max(...store.signingKeys.all().map((stored) => stored.createdAt));
+    key.createdAt = Math.max(key.createdAt, newestCreatedAt + 1);
     store.transaction(() => {
       store.signingKeys.insert(key);
       if (options.endOldTokens) for (const kid of previousKids) store.signingKeys.delete(kid);

@@ -175,7 +175,14 @@ async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: Token
   if (now === undefined || now.createdAt !== client.createdAt) {
     throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
   }
-  options.familiar.remember(clientId, sourceAddress);
+  try {
+    options.familiar.remember(clientId, sourceAddress);
+  } catch (e) {
+    // Best effort: a store that cannot take the write (locked, full) must not cost the client a
+    // token already signed; its address is noted at its next token.
+    if (!isStoreUnavailable(e)) throw e;
+    options.log.warn({ err: e, clientId, sourceIp: sourceAddress }, "token issued; its source address could not be noted as the client's");
+  }
   return issued;
 }
 

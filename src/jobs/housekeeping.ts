@@ -1,3 +1,4 @@
+import { familiarForMs } from "../auth/familiar-addresses.js";
 import cron from "node-cron";
 import type { Clock } from "../clock.js";
 import { yieldToRequests } from "../event-loop.js";
@@ -23,6 +24,8 @@ export interface HousekeepingResult {
   deliveries: number;
   executions: number;
   secrets: number;
+  /** Addresses clients last got a token from 30 days ago or more (FamiliarAddresses). */
+  tokenAddresses: number;
 }
 
 export interface Housekeeping {
@@ -93,7 +96,7 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
     const now = clock.now();
     const cutoff = now - eventRetentionMs;
     const { events, deliveries, secrets } = store.webhooks;
-    const result: HousekeepingResult = { events: 0, deliveries: 0, executions: 0, secrets: 0 };
+    const result: HousekeepingResult = { events: 0, deliveries: 0, executions: 0, secrets: 0, tokenAddresses: 0 };
     result.events = await inChunks(() => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
     // The delivery log is kept by automation (its primary key), so it is pruned automation by automation.
     for (const automationId of stopped ? [] : deliveries.automationIds()) {
@@ -116,6 +119,9 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
       }
     }
     if (!stopped) result.secrets = store.transaction(() => secrets.deleteExpired(now));
+    // At most 64 a client: one statement. A client's address is personal data of a kind; kept no
+    // longer than it serves.
+    if (!stopped) result.tokenAddresses = store.clients.deleteTokenAddressesBefore(now - familiarForMs); // no longer familiar
     return result;
   };
 

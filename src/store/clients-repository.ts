@@ -54,6 +54,7 @@ export class ClientsRepository {
   private readonly addressStmt;
   private readonly noteAddressStmt;
   private readonly trimAddressesStmt;
+  private readonly deleteAddressesBeforeStmt;
   private readonly principalStmt;
 
   constructor(
@@ -74,10 +75,12 @@ export class ClientsRepository {
       `INSERT INTO client_token_addresses (client_id, address, last_token_at) VALUES (?, ?, ?)
        ON CONFLICT (client_id, address) DO UPDATE SET last_token_at = excluded.last_token_at`,
     );
-    this.trimAddressesStmt = db.prepare<[string, string, number]>(
+    this.trimAddressesStmt = db.prepare<[string, string, string, number]>(
       `DELETE FROM client_token_addresses WHERE client_id = ? AND address NOT IN
-         (SELECT address FROM client_token_addresses WHERE client_id = ? ORDER BY last_token_at DESC, address LIMIT ?)`,
+         (SELECT address FROM client_token_addresses WHERE client_id = ?
+          ORDER BY address = ? DESC, last_token_at DESC, address LIMIT ?)`,
     );
+    this.deleteAddressesBeforeStmt = db.prepare<[number]>("DELETE FROM client_token_addresses WHERE last_token_at <= ?");
     this.principalStmt = db.prepare<[string], { user_id: string; roles: string | null; created_at: number }>(
       `SELECT c.user_id, ${rolesColumn("c.user_id")}, c.created_at FROM clients c WHERE c.id = ?`,
     );
@@ -108,10 +111,18 @@ export class ClientsRepository {
     return this.addressStmt.get(clientId, address);
   }
 
-  /** The client got a token from `address` at `at`; only its `keep` most recent addresses are kept. */
+  /**
+   * The client got a token from `address` at `at`; only its `keep` most recent addresses are kept
+   * (never the one just noted, even among addresses noted in the same millisecond).
+   */
   noteTokenFrom(clientId: string, address: string, at: number, keep: number): void {
     this.noteAddressStmt.run(clientId, address, at);
-    this.trimAddressesStmt.run(clientId, clientId, keep);
+    this.trimAddressesStmt.run(clientId, clientId, address, keep);
+  }
+
+  /** Forgets every address a client last got a token from at or before `before` (housekeeping). */
+  deleteTokenAddressesBefore(before: number): number {
+    return this.deleteAddressesBeforeStmt.run(before).changes;
   }
 
   principalOf(clientId: string): ClientPrincipal | undefined {

@@ -2,8 +2,9 @@ import type { Migration } from "./index.js";
 
 /**
  * The source addresses each API client got a token from lately (FamiliarAddresses): the token
- * endpoint's failure limit per client id does not apply from them, across restarts. At most 16
- * rows a client (its most recent addresses), deleted with the client.
+ * endpoint's failure limit per client id does not apply from them, across restarts. At most 64
+ * rows a client (its most recent addresses), deleted with the client, and by housekeeping 30 days
+ * after their last token.
  */
 export const clientTokenAddressesSchema: Migration = {
   version: 9,
@@ -14,6 +15,6 @@ CREATE TABLE client_token_addresses (
   address       TEXT NOT NULL,
   last_token_at INTEGER NOT NULL,
   PRIMARY KEY (client_id, address)
-) WITHOUT ROWID;
+) STRICT, WITHOUT ROWID;
 `,
 };
