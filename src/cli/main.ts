@@ -142,7 +142,8 @@ program
     process.stdout.write(`${JSON.stringify(rotation)}\n`);
     process.stderr.write(
       endOldTokens
-        ? "accessd: start the server to sign with the new key; every token issued before is refused from then on\n"
+        ? "accessd: start the server to sign with the new key; every token issued before is refused from then on. " +
+            "If the old key leaked with the data key, run `accessd rotate-data-key` too (the new key is sealed under it)\n"
         : "accessd: start the server to sign with the new key; tokens signed by the old keys stay good until they expire (ACCESSD_TOKEN_TTL)\n",
     );
   });
