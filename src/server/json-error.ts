@@ -135,8 +135,9 @@ export function writeJsonError(
  * An error answered before (or instead of) connect-es, in the words of the caller's protocol: a
  * gRPC or gRPC-Web client reads `grpc-status`, not the HTTP status (grpc-js turns an HTTP 408 or
  * 404 into UNKNOWN or UNIMPLEMENTED and loses the message), so those get a trailers-only answer
- * (HTTP 200, `grpc-status` and `grpc-message` in the headers, nothing else); everything else
- * Connect's JSON error shape with `status` (see writeJsonError). `rpcProtocol` is the protocol
+ * (HTTP 200, `grpc-status` and `grpc-message` in the headers, nothing else); a Connect
+ * streaming call an end-of-stream message under HTTP 200; everything else Connect's JSON error
+ * shape with `status` (see writeJsonError). `rpcProtocol` is the protocol
  * of a request on an RPC path (RequestFacts.protocol), undefined elsewhere: a webhook or REST
  * request that merely says `application/grpc` gets JSON, never a 200.
  */
@@ -149,6 +150,11 @@ export function writeErrorInProtocol(
   status: number = httpStatusOf(code),
   headers: Record<string, string> = {},
 ): void {
+  const contentType = req.headers["content-type"] ?? "";
+  if (rpcProtocol === "connect" && contentType.startsWith("application/connect+") && !res.headersSent) {
+    writeConnectEndStream(res, contentType, code, message, headers);
+    return;
+  }
   if ((rpcProtocol !== "grpc" && rpcProtocol !== "grpc-web") || res.headersSent) {
     writeJsonError(res, code, message, status, headers);
     return;
@@ -171,6 +177,22 @@ export function writeErrorInProtocol(
     res.writeHead(200, trailersOnly);
     res.end();
   }
+}
+
+/**
+ * A Connect streaming call's error: HTTP 200 and one EndStreamResponse frame (flags 0x02, then
+ * `{"error": {...}}`), the only place a Connect streaming client looks for it (connect-es reads a
+ * non-200 answer's HTTP status instead, and a 408 as `unknown`).
+ */
+function writeConnectEndStream(res: NodeResponse, contentType: string, code: Code, message: string, headers: Record<string, string>): void {
+  const endStream = Buffer.from(JSON.stringify({ error: { code: codeNames[code], message } }));
+  const frame = Buffer.alloc(5 + endStream.length);
+  frame[0] = 0x02;
+  frame.writeUInt32BE(endStream.length, 1);
+  endStream.copy(frame, 5);
+  noteAnsweredCode(res, code);
+  res.writeHead(200, { ...headers, "content-type": contentType, "content-length": frame.length });
+  res.end(frame);
 }
 
 /** `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E percent-encoded. */

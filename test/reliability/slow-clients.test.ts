@@ -366,7 +366,7 @@ describe("slow clients", () => {
     }
   });
 
-  it("answers a gRPC or gRPC-Web call whose body stalls with DEADLINE_EXCEEDED in its own protocol, not an HTTP 408 a gRPC client cannot read", async () => {
+  it("answers a gRPC, gRPC-Web or Connect streaming call whose body stalls with DEADLINE_EXCEEDED in its own protocol, not an HTTP 408 its client cannot read", async () => {
     const message = `the request body did not arrive within ${requestTimeoutMs} ms`;
     // A length prefix promising 100 bytes of message, and 10 of them.
     const partialFrame = Buffer.concat([Buffer.from([0, 0, 0, 0, 100]), Buffer.alloc(10)]);
@@ -423,6 +423,19 @@ describe("slow clients", () => {
     expect(answer?.headers["grpc-message"]).toBe(message);
     expect(answer?.headers.connection).toBe("close");
     expect(answer?.ms).toBeLessThan(requestTimeoutMs + slackMs);
+
+    // A Connect streaming call (Health Watch): HTTP 200 and one end-of-stream message holding the
+    // error, where Connect clients read a stream's error (a 408 reached connect-es as `unknown`).
+    const connectHead =
+      `POST /grpc.health.v1.Health/Watch HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/connect+json\r\n` +
+      `Content-Length: 105\r\n\r\n`;
+    const streamed = await rawRequest(server.address.port, [connectHead, partialFrame], { timeoutMs: 10_000 });
+    expect(streamed?.status).toBe(200);
+    expect(streamed?.headers["content-type"]).toBe("application/connect+json");
+    const frame = streamed?.body ?? Buffer.alloc(0);
+    expect(frame[0]).toBe(0x02); // end of stream
+    expect(frame.readUInt32BE(1)).toBe(frame.length - 5);
+    expect(JSON.parse(frame.subarray(5).toString())).toEqual({ error: { code: "deadline_exceeded", message } });
   });
 
   it("closes an HTTP/1.1 connection whose client stops reading its answers after the request timeout", async () => {
