@@ -72,6 +72,10 @@ export function codeOfName(name: string): Code {
  * reset before its request message arrived as `unimplemented` ("missing input message").
  */
 export function outcomeCodeName(error: unknown, signal: AbortSignal): string {
+  // A response stream the client closed before its end (an HTTP/2 reset, a dropped session): its
+  // going away can reach the handler as "Premature close" before the signal aborts.
+  const prematureClose = (e: unknown): boolean => (e as { code?: unknown } | undefined)?.code === "ERR_STREAM_PREMATURE_CLOSE";
+  if (prematureClose(error) || prematureClose((error as { cause?: unknown } | undefined)?.cause)) return codeName(Code.Canceled);
   return codeName(ConnectError.from(signal.aborted ? signal.reason : error).code);
 }
 
@@ -151,7 +155,7 @@ export function writeErrorInProtocol(
   headers: Record<string, string> = {},
 ): void {
   const contentType = req.headers["content-type"] ?? "";
-  if (rpcProtocol === "connect" && contentType.startsWith("application/connect+") && !res.headersSent) {
+  if (rpcProtocol === "connect" && contentType.toLowerCase().startsWith("application/connect+") && !res.headersSent) {
     writeConnectEndStream(res, contentType, code, message, headers);
     return;
   }

@@ -49,8 +49,9 @@ export function noteRequestFacts(facts: RequestFacts, fields: Pick<RequestFacts,
 
 export function protocolOfContentType(contentType: string | null | undefined): WireProtocol {
   if (contentType == null) return "connect";
-  if (contentType.startsWith("application/grpc-web")) return "grpc-web";
-  if (contentType.startsWith("application/grpc")) return "grpc";
+  const mediaType = contentType.toLowerCase(); // media types are case-insensitive (RFC 9110 8.3.1)
+  if (mediaType.startsWith("application/grpc-web")) return "grpc-web";
+  if (mediaType.startsWith("application/grpc")) return "grpc";
   return "connect";
 }
 

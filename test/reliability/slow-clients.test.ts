@@ -426,10 +426,15 @@ describe("slow clients", () => {
 
     // A Connect streaming call (Health Watch): HTTP 200 and one end-of-stream message holding the
     // error, where Connect clients read a stream's error (a 408 reached connect-es as `unknown`).
-    const connectHead =
-      `POST /grpc.health.v1.Health/Watch HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/connect+json\r\n` +
+    const connectHead = (contentType: string) =>
+      `POST /grpc.health.v1.Health/Watch HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: ${contentType}\r\n` +
       `Content-Length: 105\r\n\r\n`;
-    const streamed = await rawRequest(server.address.port, [connectHead, partialFrame], { timeoutMs: 10_000 });
+    const [streamed, mixedCase] = await Promise.all(
+      ["application/connect+json", "Application/Connect+JSON"].map((type) => rawRequest(server.address.port, [connectHead(type), partialFrame], { timeoutMs: 10_000 })),
+    );
+    // Media types are case-insensitive, and connect-es takes this one: the same answer.
+    expect(mixedCase?.status).toBe(200);
+    expect(mixedCase?.body.subarray(5).toString()).toBe(streamed?.body.subarray(5).toString());
     expect(streamed?.status).toBe(200);
     expect(streamed?.headers["content-type"]).toBe("application/connect+json");
     const frame = streamed?.body ?? Buffer.alloc(0);

@@ -1,0 +1,31 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { describe, expect, it } from "vitest";
+import { outcomeCodeName } from "../src/server/json-error.js";
+import { protocolOfContentType } from "../src/server/request-context.js";
+
+describe("the protocol of a request, read from its Content-Type", () => {
+  it("reads media types without regard to case (RFC 9110 8.3.1), as connect-es accepts them", () => {
+    expect(protocolOfContentType("Application/GRPC-Web+proto")).toBe("grpc-web");
+    expect(protocolOfContentType("APPLICATION/GRPC")).toBe("grpc");
+    expect(protocolOfContentType("Application/Connect+JSON")).toBe("connect");
+    expect(protocolOfContentType(undefined)).toBe("connect");
+  });
+});
+
+describe("an RPC's outcome code", () => {
+  const live = new AbortController().signal;
+
+  it("is canceled for a response stream the client closed before its end, however it reached the handler", () => {
+    const premature = Object.assign(new Error("Premature close"), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+    expect(outcomeCodeName(premature, live)).toBe("canceled");
+    expect(outcomeCodeName(new ConnectError("Premature close", Code.Internal, undefined, undefined, premature), live)).toBe("canceled");
+  });
+
+  it("is the error's own code otherwise, or the aborted signal's reason", () => {
+    expect(outcomeCodeName(new ConnectError("no such app", Code.NotFound), live)).toBe("not_found");
+    expect(outcomeCodeName(new Error("a bug"), live)).toBe("unknown"); // ConnectError.from: a plain error is unknown
+    const aborted = new AbortController();
+    aborted.abort(new ConnectError("gone", Code.Canceled));
+    expect(outcomeCodeName(new Error("a bug"), aborted.signal)).toBe("canceled");
+  });
+});
