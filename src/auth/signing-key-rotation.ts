@@ -32,7 +32,8 @@ export async function rotateSigningKey(
   const lock = ServingLock.acquire(databasePath);
   const store = Store.open(databasePath);
   try {
-    const previousKids = store.signingKeys.all().map((key) => key.kid);
+    const previous = store.signingKeys.all();
+    const previousKids = previous.map((key) => key.kid);
     if (store.settings.get(keyCheckSetting) === undefined || previousKids.length === 0) {
       throw new Error("the database has no signing key yet: start the server on it once, then rotate");
     }
@@ -42,8 +43,7 @@ export async function rotateSigningKey(
     // The newest key signs, by created_at: a clock behind the current key's (skew, a database
     // moved from a machine ahead) must not leave the new key older, where it would never sign and
     // a start a day later would delete it as retired.
-    const newestCreatedAt = Math.max(...store.signingKeys.all().map((stored) => stored.createdAt));
-    key.createdAt = Math.max(key.createdAt, newestCreatedAt + 1);
+    key.createdAt = Math.max(key.createdAt, ...previous.map((stored) => stored.createdAt + 1));
     store.transaction(() => {
       store.signingKeys.insert(key);
       if (options.endOldTokens) for (const kid of previousKids) store.signingKeys.delete(kid);

@@ -155,19 +155,20 @@ export function writeErrorInProtocol(
   headers: Record<string, string> = {},
 ): void {
   const contentType = req.headers["content-type"] ?? "";
-  if (rpcProtocol === "connect" && contentType.toLowerCase().startsWith("application/connect+") && !res.headersSent) {
-    writeConnectEndStream(res, contentType, code, message, headers);
+  const connectStreaming = rpcProtocol === "connect" && contentType.toLowerCase().startsWith("application/connect+");
+  if (res.headersSent || !(connectStreaming || rpcProtocol === "grpc" || rpcProtocol === "grpc-web")) {
+    writeJsonError(res, code, message, status, headers);
     return;
   }
-  if ((rpcProtocol !== "grpc" && rpcProtocol !== "grpc-web") || res.headersSent) {
-    writeJsonError(res, code, message, status, headers);
+  if (connectStreaming) {
+    writeConnectEndStream(res, contentType, code, message, headers);
     return;
   }
   // A stream the client reset (or a connection it closed) takes no answer: respond() would throw.
   if (res instanceof Http2ServerResponse ? res.stream.destroyed || res.stream.closed : res.destroyed) return;
   const trailersOnly: Record<string, string> = {
     ...headers,
-    "content-type": req.headers["content-type"] ?? `application/${rpcProtocol}`,
+    "content-type": contentType || `application/${rpcProtocol}`,
     "grpc-status": String(code),
     "grpc-message": grpcMessageHeader(message),
   };
