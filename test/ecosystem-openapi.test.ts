@@ -29,7 +29,7 @@ interface Document {
   security: unknown[];
   paths: Record<string, Record<string, Operation>>;
   components: {
-    schemas: Record<string, { properties?: Record<string, { type?: unknown; format?: string; $ref?: string }>; required?: string[] }>;
+    schemas: Record<string, { properties?: Record<string, { type?: unknown; format?: string; $ref?: string; enum?: unknown[] }>; required?: string[] }>;
     securitySchemes: Record<string, Record<string, unknown>>;
   };
 }
@@ -367,6 +367,17 @@ describe("/openapi.json", () => {
     expect(Object.keys(token.responses).sort()).toEqual(["200", "400", "401", "413", "415", "429", "503", "default"]);
     expect(Object.keys(token.responses["429"]?.headers ?? {})).toEqual(["Retry-After"]);
     expect(Object.keys(token.responses["503"]?.headers ?? {})).toEqual(["Retry-After"]);
+  });
+
+  it("lists exactly the OAuth error codes the token endpoint answers, temporarily_unavailable (its 503) among them", () => {
+    const oauthError = served.components.schemas["OAuthError"];
+    expect(oauthError?.properties?.["error"]?.enum).toEqual([
+      "invalid_request",
+      "invalid_client",
+      "unsupported_grant_type",
+      "slow_down",
+      "temporarily_unavailable",
+    ]);
   });
 
   it("documents the webhook endpoint with its headers and status codes", () => {

@@ -4,7 +4,9 @@ import type { NodeResponse } from "../server/json-error.js";
  * RFC 6749 section 5.2 error codes, plus RFC 8628's `slow_down` for the brute-force limiter and
  * RFC 6749's `temporarily_unavailable` (section 4.1.2.1) for a failing store.
  */
-export type OAuthErrorCode = "invalid_request" | "invalid_client" | "unsupported_grant_type" | "slow_down" | "temporarily_unavailable";
+export const oauthErrorCodes = ["invalid_request", "invalid_client", "unsupported_grant_type", "slow_down", "temporarily_unavailable"] as const;
+
+export type OAuthErrorCode = (typeof oauthErrorCodes)[number];
 
 /** A token-endpoint failure, answered as `{"error", "error_description"}`. */
 export class OAuthError extends Error {

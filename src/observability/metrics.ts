@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
+import { oauthErrorCodes } from "../auth/oauth-error.js";
 
 export interface MetricsOptions {
   /**
@@ -11,8 +12,8 @@ export interface MetricsOptions {
 /** prom-client default metrics that are gauges with a counter's `_total` suffix. */
 const gaugesNamedLikeCounters = new Set(["nodejs_active_handles_total", "nodejs_active_requests_total", "nodejs_active_resources_total"]);
 
-/** The token endpoint's outcomes (RFC 6749 error codes it answers, and `issued`). */
-const tokenOutcomes = ["issued", "invalid_request", "invalid_client", "unsupported_grant_type", "slow_down", "temporarily_unavailable"];
+/** The token endpoint's outcomes (the OAuth error codes it answers, and `issued`). */
+const tokenOutcomes = ["issued", ...oauthErrorCodes];
 
 export interface RequestObservation {
   protocol: string;

@@ -1,3 +1,4 @@
+import { oauthErrorCodes } from "../auth/oauth-error.js";
 import type { Schema } from "./json-schema.js";
 
 /**
@@ -35,7 +36,7 @@ export const fixedSchemas: Readonly<Record<string, Schema>> = {
     properties: {
       error: {
         type: "string",
-        enum: ["invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope", "slow_down"],
+        enum: [...oauthErrorCodes],
       },
       error_description: { type: "string" },
     },
