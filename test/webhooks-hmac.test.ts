@@ -447,6 +447,39 @@ describe("inbound webhooks: secret rotation", () => {
   });
 });
 
+describe("inbound webhooks: the secrets follow the trigger", () => {
+  it("drops an HMAC listener's secrets when its trigger becomes manual, and issues a new one when it is HMAC again", async () => {
+    const server = await startTestServer();
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const storedSecrets = () =>
+        server.store.db.prepare("SELECT count(*) FROM webhook_secrets WHERE automation_id = ?").pluck().get(hook.id);
+      expect(storedSecrets()).toBe(1);
+      const toManual = await server.call("POST", `/api/v1/automations/${hook.id}`, { automation: { trigger: { manual: {} } }, updateMask: "trigger" });
+      expect(toManual.status).toBe(200);
+      expect(storedSecrets()).toBe(0);
+
+      const toHmac = await server.call("POST", `/api/v1/automations/${hook.id}`, {
+        automation: { trigger: { webhook: { authMethod: "HMAC" } } },
+        updateMask: "trigger",
+      });
+      expect(toHmac.status).toBe(200);
+      const { automation, webhookSecret } = (await toHmac.json()) as {
+        automation: { trigger: { webhook: { listenerId: string } } };
+        webhookSecret: string;
+      };
+      expect(webhookSecret).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(storedSecrets()).toBe(1);
+      const again = { ...hook, postUrl: `${server.url}/api/v1/webhooks/incoming/${automation.trigger.webhook.listenerId}` };
+      const body = "{}";
+      expect((await postWebhook(again.postUrl, hmacHeaders(again, body), body)).status).toBe(401);
+      expect((await postWebhook(again.postUrl, hmacHeaders(again, body, { secret: webhookSecret }), body)).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe("inbound webhooks: event-record retention (ACCESSD_EVENT_RETENTION)", () => {
   it("forgets event records older than the retention when the expiry task runs at start, and keeps newer ones", async () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-retention-"));

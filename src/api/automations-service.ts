@@ -36,9 +36,6 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
   const validateTrigger = (trigger: TriggerConfig) => {
     if (trigger.kind === "webhook") hooks.validate(trigger);
   };
-  /** Inside the write's transaction: the webhook module stores the listener's secret. */
-  const triggerSaved = (id: string, trigger: TriggerConfig, previous: TriggerConfig | undefined) =>
-    trigger.kind === "webhook" ? hooks.saved(id, trigger, previous) : undefined;
 
   const setFlags = (id: string, change: (a: Automation) => void) =>
     store.transaction(() => {
@@ -71,7 +68,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
       };
       const secret = store.transaction(() => {
         store.automations.insert(automation);
-        return triggerSaved(automation.id, trigger, undefined);
+        return hooks.saved(automation.id, trigger, undefined);
       });
       return { automation: message(automation), webhookSecret: secret ?? "" };
     },
@@ -115,7 +112,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
         automation.version += 1;
         automation.updatedAt = clock.now();
         store.automations.update(automation);
-        const secret = write.has("trigger") ? triggerSaved(id, automation.trigger, previous) : undefined;
+        const secret = write.has("trigger") ? hooks.saved(id, automation.trigger, previous) : undefined;
         return { automation: message(automation), webhookSecret: secret ?? "" };
       });
     },

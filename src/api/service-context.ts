@@ -19,7 +19,7 @@ export interface AutomationsContext {
   worker: ExecutionWorker;
   /** Compiled CEL programs, shared with the worker. */
   programs: ProgramCache;
-  /** The webhooks module's part in saving a webhook trigger (noWebhookTriggerHooks until it exists). */
+  /** The webhooks module's part in saving and deleting an automation (its listener's secrets). */
   webhookHooks: WebhookTriggerHooks;
   /** config.baseUrl: the prefix of webhook endpoint URLs. */
   baseUrl: string;

@@ -4,7 +4,6 @@ export { ProgramCache } from "./program-cache.js";
 export { validateSteps } from "./validate-steps.js";
 export { stepExpressions, type StepDefinition, type StepAction } from "./step-definition.js";
 export {
-  noWebhookTriggerHooks,
   type ManualTriggerConfig,
   type TriggerConfig,
   type WebhookAuthMethod,

@@ -30,24 +30,19 @@ export interface WebhookListenerTarget {
 }
 
 /**
- * Hooks the automations service calls while it saves an automation whose trigger is a webhook,
- * inside the same store transaction. The webhooks module implements them (secrets, validation of
- * JWKS URLs and CIDRs); until then `noWebhookTriggerHooks` stands in.
+ * Hooks the automations service calls, inside the same store transaction, while it saves or
+ * deletes an automation. The webhooks module implements them (secrets, validation of JWKS URLs
+ * and CIDRs).
  */
 export interface WebhookTriggerHooks {
   /** Throws ConnectError(invalid_argument) for a bad JWKS URL or CIDR. */
   validate(trigger: WebhookTriggerConfig): void;
   /**
-   * Called after the automation row is written. `previous` is the trigger before an update
-   * (undefined on create). Returns a newly issued HMAC secret to show once, if one was issued.
+   * Called after the automation row is written, whatever its trigger. `previous` is the trigger
+   * before an update (undefined on create). Returns a newly issued HMAC secret to show once, if
+   * one was issued.
    */
-  saved(automationId: string, trigger: WebhookTriggerConfig, previous: TriggerConfig | undefined): string | undefined;
+  saved(automationId: string, trigger: TriggerConfig, previous: TriggerConfig | undefined): string | undefined;
   /** Called when the automation is deleted. */
   deleted(automationId: string): void;
 }
-
-export const noWebhookTriggerHooks: WebhookTriggerHooks = {
-  validate: () => {},
-  saved: () => undefined,
-  deleted: () => {},
-};

@@ -10,9 +10,9 @@ export interface WebhookHooksDeps {
 }
 
 /**
- * What the automations service calls, inside its save transaction, for a webhook trigger: validate
- * the JWKS URL and CIDRs; issue an HMAC secret when a trigger becomes HMAC (shown once); drop
- * secrets and the delivery log when they no longer apply.
+ * What the automations service calls inside its save and delete transactions: validate a webhook
+ * trigger's JWKS URL and CIDRs; issue an HMAC secret when a trigger becomes HMAC (shown once);
+ * drop the secrets when the trigger stops being HMAC, and the delivery log with the automation.
  */
 export function webhookTriggerHooks({ secrets, deliveries, jwksAllowHttp }: WebhookHooksDeps): WebhookTriggerHooks {
   return {
@@ -20,8 +20,8 @@ export function webhookTriggerHooks({ secrets, deliveries, jwksAllowHttp }: Webh
       validateWebhookTrigger(trigger, { jwksAllowHttp });
     },
 
-    saved(automationId: string, trigger: WebhookTriggerConfig, previous: TriggerConfig | undefined): string | undefined {
-      if (trigger.authMethod !== "HMAC") {
+    saved(automationId: string, trigger: TriggerConfig, previous: TriggerConfig | undefined): string | undefined {
+      if (trigger.kind !== "webhook" || trigger.authMethod !== "HMAC") {
         secrets.remove(automationId);
         return undefined;
       }
