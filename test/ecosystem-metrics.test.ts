@@ -262,7 +262,7 @@ describe("/metrics", () => {
   it("answers 405 to anything but GET", async () => {
     const res = await fetch(`${server.url}/metrics`, { method: "POST" });
     expect(res.status).toBe(405);
-    expect(res.headers.get("allow")).toBe("GET");
+    expect(res.headers.get("allow")).toBe("GET, HEAD");
   });
 });
 

@@ -205,6 +205,16 @@ describe("/openapi.json", () => {
     expect(await new Validator().validate(specData(committed))).toEqual({ valid: true });
   });
 
+  it("answers HEAD like GET without the body, and 405 with Allow: GET, HEAD to other methods", async () => {
+    const head = await fetch(`${server.url}/openapi.json`, { method: "HEAD" });
+    expect(head.status).toBe(200);
+    expect(await head.text()).toBe("");
+    const post = await fetch(`${server.url}/openapi.json`, { method: "POST" });
+    expect(post.status).toBe(405);
+    expect(post.headers.get("allow")).toBe("GET, HEAD");
+    expect(await post.json()).toEqual({ code: "unimplemented", message: "POST is not allowed on /openapi.json; use GET, HEAD" });
+  });
+
   it("documents every google.api.http rule of every contract service with its method and parameters", () => {
     const bindings = services.flatMap((s) => httpBindingsOf(s));
     expect(bindings.length).toBe(protoHttpRules().length); // every rule of the proto sources, not an empty directory

@@ -1,6 +1,5 @@
-import { Code } from "@connectrpc/connect";
 import type { RawRoute } from "../server/http-server.js";
-import { writeJsonError } from "../server/json-error.js";
+import { refuseMethod } from "../server/json-error.js";
 import type { Metrics } from "./metrics.js";
 
 /** `GET /metrics`: the Prometheus text exposition, unauthenticated like /healthz (scrapers carry no token). */
@@ -9,7 +8,7 @@ export function metricsRoute(metrics: Metrics): RawRoute {
     path: "/metrics",
     async handle(req, res) {
       if (req.method !== "GET" && req.method !== "HEAD") {
-        writeJsonError(res, Code.Unimplemented, `${req.method ?? ""} is not allowed on /metrics; use GET`, 405, { allow: "GET" });
+        refuseMethod(res, req.method, "/metrics", ["GET"]);
         return;
       }
       const { contentType, body } = await metrics.exposition();

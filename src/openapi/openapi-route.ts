@@ -1,6 +1,5 @@
-import { Code } from "@connectrpc/connect";
 import type { RawRoute } from "../server/http-server.js";
-import { writeJsonError } from "../server/json-error.js";
+import { refuseMethod } from "../server/json-error.js";
 import type { Schema } from "./json-schema.js";
 
 /** `GET /openapi.json`: the document, rendered once, served without a token (client generators fetch it). */
@@ -10,9 +9,7 @@ export function openApiRoute(document: Schema): RawRoute {
     path: "/openapi.json",
     async handle(req, res) {
       if (req.method !== "GET" && req.method !== "HEAD") {
-        writeJsonError(res, Code.Unimplemented, `${req.method ?? ""} is not allowed on /openapi.json; use GET`, 405, {
-          allow: "GET",
-        });
+        refuseMethod(res, req.method, "/openapi.json", ["GET"]);
         return;
       }
       res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });

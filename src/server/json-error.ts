@@ -136,6 +136,17 @@ export function writeJsonError(
 }
 
 /**
+ * 405 for a method a path does not serve, with its `Allow` header. RFC 9110 9.3.2: HEAD goes
+ * wherever GET does, the same answer without its body (Node leaves the body out).
+ */
+export function refuseMethod(res: NodeResponse, method: string | undefined, path: string, allowed: readonly string[]): void {
+  const allow = allowed.includes("GET") && !allowed.includes("HEAD") ? [...allowed, "HEAD"] : allowed;
+  writeJsonError(res, Code.Unimplemented, `${method ?? ""} is not allowed on ${path}; use ${allow.join(", ")}`, 405, {
+    allow: allow.join(", "),
+  });
+}
+
+/**
  * An error answered before (or instead of) connect-es, in the words of the caller's protocol: a
  * gRPC or gRPC-Web client reads `grpc-status`, not the HTTP status (grpc-js turns an HTTP 408 or
  * 404 into UNKNOWN or UNIMPLEMENTED and loses the message), so those get a trailers-only answer

@@ -11,7 +11,7 @@ import {
 import { Code, createContextValues } from "@connectrpc/connect";
 import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { httpBindingsOfMethod } from "./http-bindings.js";
-import { type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
+import { type NodeRequest, type NodeResponse, noteAnsweredCode, refuseMethod, writeJsonError } from "./json-error.js";
 import { refusalWithCode } from "./connect-refusals.js";
 import { operationName } from "./connect-handlers.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
@@ -86,8 +86,6 @@ export class RestTranscoder {
         const bindings = matchPathTemplate(route.template, segments);
         if (bindings === undefined) continue;
         allowed.add(route.httpMethod);
-        // RFC 9110 9.3.2: HEAD wherever GET is, the same answer without its body (Node leaves it out).
-        if (route.httpMethod === "GET") allowed.add("HEAD");
         if (route.httpMethod === req.method || (req.method === "HEAD" && route.httpMethod === "GET")) {
           match = { route, bindings };
           break;
@@ -101,10 +99,7 @@ export class RestTranscoder {
       if (allowed.size === 0) {
         writeJsonError(res, Code.NotFound, `no operation at ${req.method ?? ""} ${path}`);
       } else {
-        const allow = [...allowed].join(", ");
-        writeJsonError(res, Code.Unimplemented, `${req.method ?? ""} is not allowed on ${path}; use ${allow}`, 405, {
-          allow,
-        });
+        refuseMethod(res, req.method, path, [...allowed]);
       }
       return;
     }

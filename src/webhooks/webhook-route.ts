@@ -1,7 +1,6 @@
-import { Code } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
-import { type NodeRequest, type NodeResponse, writeJson, writeJsonError } from "../server/json-error.js";
+import { type NodeRequest, type NodeResponse, refuseMethod, writeJson, writeJsonError } from "../server/json-error.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import type { BodySource } from "./body-reader.js";
@@ -30,9 +29,7 @@ export function webhookRoute(
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
       const path = (req.url ?? "").split("?", 1)[0] ?? "";
       if (req.method !== "POST") {
-        writeJsonError(res, Code.Unimplemented, `${req.method ?? ""} is not allowed on ${path}; use POST`, 405, {
-          allow: "POST",
-        });
+        refuseMethod(res, req.method, path, ["POST"]);
         return;
       }
       const listenerId = path.slice(webhookPathPrefix.length);
