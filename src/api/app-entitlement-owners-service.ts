@@ -1,46 +1,10 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AppEntitlementOwners } from "../../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
-import type { Store } from "../store/store.js";
+import { addEntitlementOwner, removeEntitlementOwner, requireAppEntitlement } from "../entitlements/entitlement-owners.js";
 import { notFound, requireField } from "./errors.js";
 import { userMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
-
-/** The entitlement, when it exists and belongs to the app; else not_found naming which is missing. */
-export function requireAppEntitlement(store: Store, appId: string, entitlementId: string) {
-  if (store.apps.get(appId) === undefined) throw notFound("app", appId);
-  const entitlement = store.appEntitlements.get(appId, entitlementId);
-  if (entitlement === undefined) throw notFound("app entitlement", entitlementId);
-  return entitlement;
-}
-
-/**
- * Adds an owner; shared by the Add RPC and the automation step of the same name, so both answer
- * the same errors for the same input.
- */
-export function addEntitlementOwner(
-  store: Store,
-  now: number,
-  target: { appId: string; entitlementId: string; userId: string },
-): void {
-  store.transaction(() => {
-    requireAppEntitlement(store, target.appId, target.entitlementId);
-    if (!store.users.exists(target.userId)) throw notFound("user", target.userId);
-    store.owners.add(target.entitlementId, target.userId, now);
-  });
-}
-
-export function removeEntitlementOwner(
-  store: Store,
-  target: { appId: string; entitlementId: string; userId: string },
-): void {
-  store.transaction(() => {
-    requireAppEntitlement(store, target.appId, target.entitlementId);
-    if (!store.owners.remove(target.entitlementId, target.userId)) {
-      throw notFound("owner", target.userId);
-    }
-  });
-}
 
 export function appEntitlementOwnersService({
   store,

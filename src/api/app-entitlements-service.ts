@@ -1,5 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { AppEntitlements } from "../../gen/svc/api/app/v1/app_entitlement_pb.js";
+import { requireApp, requireAppEntitlement } from "../entitlements/entitlement-owners.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
 import { limitText, maxDescriptionLength, notFound, requireField } from "./errors.js";
@@ -20,22 +21,12 @@ export function appEntitlementsService({
   clock,
   pageTokens,
 }: ServiceContext): ServiceImpl<typeof AppEntitlements> {
-  const requireApp = (appId: string) => {
-    if (store.apps.get(appId) === undefined) throw notFound("app", appId);
-  };
-  const getOrThrow = (appId: string, id: string) => {
-    requireApp(appId);
-    const entitlement = store.appEntitlements.get(appId, id);
-    if (entitlement === undefined) throw notFound("app entitlement", id);
-    return entitlement;
-  };
-
   return {
     create(req) {
       const appId = requireField(req.appId, "appId");
       const displayName = requireField(req.displayName, "displayName");
       return store.transaction(() => {
-        requireApp(appId);
+        requireApp(store, appId);
         const now = clock.now();
         const entitlement = {
           id: newId(),
@@ -52,13 +43,13 @@ export function appEntitlementsService({
     },
 
     get(req) {
-      const entitlement = getOrThrow(requireField(req.appId, "appId"), requireField(req.id, "id"));
+      const entitlement = requireAppEntitlement(store, requireField(req.appId, "appId"), requireField(req.id, "id"));
       return { appEntitlement: appEntitlementMessage(entitlement) };
     },
 
     list(req) {
       const appId = requireField(req.appId, "appId");
-      requireApp(appId);
+      requireApp(store, appId);
       const page = paginate(
         pageTokens,
         listingFingerprint("app_entitlements", appId),
@@ -76,7 +67,7 @@ export function appEntitlementsService({
       const appId = requireField(given?.appId, "appEntitlement.appId");
       const id = requireField(given?.id, "appEntitlement.id");
       return store.transaction(() => {
-        const entitlement = getOrThrow(appId, id);
+        const entitlement = requireAppEntitlement(store, appId, id);
         const write = fieldsToWrite(
           req.updateMask,
           { displayName: "display_name", description: "description", slug: "slug" },
@@ -100,7 +91,7 @@ export function appEntitlementsService({
     delete(req) {
       const appId = requireField(req.appId, "appId");
       const id = requireField(req.id, "id");
-      requireApp(appId);
+      requireApp(store, appId);
       if (!store.appEntitlements.delete(appId, id)) throw notFound("app entitlement", id);
       return {};
     },

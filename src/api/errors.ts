@@ -1,12 +1,6 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { invalidArgument } from "../connect-errors.js";
 
-export function notFound(what: string, id: string): ConnectError {
-  return new ConnectError(`${what} ${JSON.stringify(id)} not found`, Code.NotFound);
-}
-
-export function invalidArgument(message: string): ConnectError {
-  return new ConnectError(message, Code.InvalidArgument);
-}
+export { invalidArgument, notFound } from "../connect-errors.js";
 
 /**
  * The most characters a name, an id, an email, a username or a slug may hold, and a description.

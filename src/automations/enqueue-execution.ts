@@ -1,10 +1,10 @@
 import type { JsonValue } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { notFound } from "../connect-errors.js";
 import { newId } from "../store/ids.js";
 import type { Execution } from "../store/executions-repository.js";
 import type { Store } from "../store/store.js";
 
-export interface EnqueueExecution {
+export interface EnqueueRequest {
   automationId: string;
   /** Becomes ctx.trigger: the webhook body or the Execute context. */
   trigger: JsonValue;
@@ -20,14 +20,14 @@ export interface EnqueueExecution {
  * it inside the transaction you opened to record it atomically with your own writes:
  *
  *   const execution = store.transaction(() => {
- *     store.webhooks.events.record(...);
- *     return enqueueExecution(store, clock.now(), { automationId, trigger: body, eventId });
+ *     // ... your own writes ...
+ *     return enqueueExecution(store, clock.now(), { automationId, trigger });
  *   });
- *   worker.notify(); // after the commit: wake the worker
+ *   worker.handOff(execution); // after the commit (or worker.notify(): it reads the queue)
  *
  * Throws not_found when the automation does not exist (rolling your transaction back).
  */
-export function enqueueExecution(store: Store, now: number, request: EnqueueExecution): Execution {
+export function enqueueExecution(store: Store, now: number, request: EnqueueRequest): Execution {
   const execution = store.executions.insertPending({
     id: request.executionId ?? newId(),
     automationId: request.automationId,
@@ -35,6 +35,6 @@ export function enqueueExecution(store: Store, now: number, request: EnqueueExec
     eventId: request.eventId ?? "",
     now,
   });
-  if (execution === undefined) throw new ConnectError(`automation ${JSON.stringify(request.automationId)} not found`, Code.NotFound);
+  if (execution === undefined) throw notFound("automation", request.automationId);
   return execution;
 }

@@ -1,4 +1,4 @@
-export { enqueueExecution, type EnqueueExecution } from "./enqueue-execution.js";
+export { enqueueExecution, type EnqueueRequest } from "./enqueue-execution.js";
 export { ExecutionWorker, type ExecutionWorkerOptions } from "./execution-worker.js";
 export { ProgramCache } from "./program-cache.js";
 export { validateSteps } from "./validate-steps.js";

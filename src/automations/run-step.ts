@@ -1,6 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
-import { addEntitlementOwner, removeEntitlementOwner } from "../api/app-entitlement-owners-service.js";
+import { addEntitlementOwner, removeEntitlementOwner } from "../entitlements/entitlement-owners.js";
 import type { Store } from "../store/store.js";
 import type { StepState } from "../store/executions-repository.js";
 import { evaluate } from "./evaluate.js";

@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { invalidArgument } from "../connect-errors.js";
 import { findReferenceProblem } from "./check-references.js";
 import { CelSyntaxError, offsetOf, positionOf } from "./compiled-expression.js";
 import type { ProgramCache } from "./program-cache.js";
@@ -24,21 +24,21 @@ const reservedStepNames = new Set(["trigger", "steps"]);
  * expression, the line:column of the problem.
  */
 export function validateSteps(steps: readonly StepDefinition[], programs: ProgramCache): void {
-  if (steps.length > maxSteps) throw invalid(`an automation has at most ${maxSteps} steps, not ${steps.length}`);
+  if (steps.length > maxSteps) throw invalidArgument(`an automation has at most ${maxSteps} steps, not ${steps.length}`);
   const expressionChars = steps.reduce((sum, step) => sum + stepExpressions(step).reduce((n, e) => n + e.source.length, 0), 0);
   if (expressionChars > maxExpressionCharsPerAutomation) {
-    throw invalid(`the steps' expressions hold ${expressionChars} characters in all: at most ${maxExpressionCharsPerAutomation}`);
+    throw invalidArgument(`the steps' expressions hold ${expressionChars} characters in all: at most ${maxExpressionCharsPerAutomation}`);
   }
   const names = steps.map((s) => s.name);
   steps.forEach((step, index) => {
     const where = `steps[${index}]`;
-    if (step.name === "") throw invalid(`${where}.name is required`);
-    if (step.name.length > maxStepNameLength) throw invalid(`${where}.name is longer than ${maxStepNameLength} characters`);
+    if (step.name === "") throw invalidArgument(`${where}.name is required`);
+    if (step.name.length > maxStepNameLength) throw invalidArgument(`${where}.name is longer than ${maxStepNameLength} characters`);
     if (!stepNamePattern.test(step.name)) {
-      throw invalid(`${where}.name "${step.name}" must be letters, digits and _ (not starting with a digit)`);
+      throw invalidArgument(`${where}.name "${step.name}" must be letters, digits and _ (not starting with a digit)`);
     }
-    if (reservedStepNames.has(step.name)) throw invalid(`${where}.name "${step.name}" is reserved (ctx.${step.name})`);
-    if (names.indexOf(step.name) !== index) throw invalid(`${where}.name "${step.name}" is used by an earlier step`);
+    if (reservedStepNames.has(step.name)) throw invalidArgument(`${where}.name "${step.name}" is reserved (ctx.${step.name})`);
+    if (names.indexOf(step.name) !== index) throw invalidArgument(`${where}.name "${step.name}" is used by an earlier step`);
 
     const scope = {
       earlier: new Set(names.slice(0, index)),
@@ -47,25 +47,21 @@ export function validateSteps(steps: readonly StepDefinition[], programs: Progra
     };
     for (const { field, source } of stepExpressions(step)) {
       const at = `${where} ("${step.name}").${field}`;
-      if (source.trim() === "") throw invalid(`${at} is required`);
-      if (source.length > maxExpressionLength) throw invalid(`${at} is longer than ${maxExpressionLength} characters`);
+      if (source.trim() === "") throw invalidArgument(`${at} is required`);
+      if (source.length > maxExpressionLength) throw invalidArgument(`${at} is longer than ${maxExpressionLength} characters`);
       let compiled;
       try {
         compiled = programs.get(source);
       } catch (e) {
         if (e instanceof CelSyntaxError) {
-          throw invalid(`${at}: syntax error at ${positionOf(source, e.offset)}: ${e.reason}`);
+          throw invalidArgument(`${at}: syntax error at ${positionOf(source, e.offset)}: ${e.reason}`);
         }
         throw e;
       }
       const problem = findReferenceProblem(compiled.parsed.expr, scope);
       if (problem !== undefined) {
-        throw invalid(`${at}: ${problem.message} at ${positionOf(source, offsetOf(compiled.parsed, problem.exprId))}`);
+        throw invalidArgument(`${at}: ${problem.message} at ${positionOf(source, offsetOf(compiled.parsed, problem.exprId))}`);
       }
     }
   });
-}
-
-function invalid(message: string): ConnectError {
-  return new ConnectError(message, Code.InvalidArgument);
 }
