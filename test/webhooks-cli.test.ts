@@ -116,7 +116,6 @@ describe("accessd webhook send --key --kid (JWT listeners)", () => {
 });
 
 describe("accessd webhook send --aud (a listener reached through another address)", () => {
-  let server: TestServer;
   let jwks: JwksServer;
   let hook: WebhookAutomation;
 
@@ -125,7 +124,7 @@ describe("accessd webhook send --aud (a listener reached through another address
   beforeAll(async () => {
     // The endpoint URL the service shows (ACCESSD_BASE_URL) is not the address the test reaches it at.
     listener = await startJwtListener({ baseUrl: "https://accessd.example.com" });
-    ({ server, jwks, hook } = listener);
+    ({ jwks, hook } = listener);
   });
   afterAll(() => listener.close());
 

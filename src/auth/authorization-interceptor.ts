@@ -1,6 +1,7 @@
 import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { Role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import { operationName } from "../server/operation-name.js";
 import { noteRequestFacts, requestFactsKey } from "../server/request-context.js";
 import type { ClientPrincipal } from "../store/clients-repository.js";
 import { InvalidAccessTokenError, isIssuedToClientRecord, type AccessTokens, type VerifiedToken } from "./access-tokens.js";
@@ -74,22 +75,21 @@ export function confirmCaller(
   }
   const role = highestRole(now.roles);
   if (!roleAtLeast(role, needed)) {
-    throw new ConnectError(`${procedureOf(method)} requires role ${Role[needed]}; the caller now has ${roleName(role)}`, Code.PermissionDenied);
+    throw new ConnectError(`${operationName(method)} requires role ${Role[needed]}; the caller now has ${roleName(role)}`, Code.PermissionDenied);
   }
 }
 
-const procedureOf = (method: DescMethod) => `${method.parent.typeName}.${method.name}`;
 const roleName = (role: Role) => (role === Role.ROLE_UNSPECIFIED ? "no role" : Role[role]);
 
 function authorize(principal: Principal, method: DescMethod, requiredRoles: RequiredRoles): void {
-  const procedure = procedureOf(method);
+  const operation = operationName(method);
   const needed = requiredRoles.of(method);
   if (needed === undefined) {
-    throw new ConnectError(`${procedure} declares no required role and is refused`, Code.PermissionDenied);
+    throw new ConnectError(`${operation} declares no required role and is refused`, Code.PermissionDenied);
   }
   if (!roleAtLeast(principal.role, needed)) {
     throw new ConnectError(
-      `${procedure} requires role ${Role[needed]}; the caller has ${roleName(principal.role)}`,
+      `${operation} requires role ${Role[needed]}; the caller has ${roleName(principal.role)}`,
       Code.PermissionDenied,
     );
   }

@@ -1,5 +1,6 @@
 import { getOption, hasOption, type DescMethod } from "@bufbuild/protobuf";
 import { Role, required_role } from "../../gen/svc/api/iam/v1/role_pb.js";
+import { operationName } from "../server/operation-name.js";
 
 /**
  * The least role each RPC needs, read once from the `(svc.api.iam.v1.required_role)` method
@@ -7,27 +8,22 @@ import { Role, required_role } from "../../gen/svc/api/iam/v1/role_pb.js";
  * from the table, and the interceptor refuses it: fail closed.
  */
 export class RequiredRoles {
-  private readonly byProcedure = new Map<string, Role>();
+  private readonly byOperation = new Map<string, Role>();
   /** Registered RPCs without a role option, for a warning at start. */
   readonly undeclared: string[] = [];
 
   /** Reads the option of each method once; main calls it with the router's methods at start. */
   register(methods: Iterable<DescMethod>): void {
     for (const method of methods) {
-      const procedure = procedureOf(method);
+      const operation = operationName(method);
       const role = hasOption(method, required_role) ? getOption(method, required_role) : Role.ROLE_UNSPECIFIED;
-      if (role === Role.ROLE_UNSPECIFIED) this.undeclared.push(procedure);
-      else this.byProcedure.set(procedure, role);
+      if (role === Role.ROLE_UNSPECIFIED) this.undeclared.push(operation);
+      else this.byOperation.set(operation, role);
     }
   }
 
   /** The role the RPC needs, or undefined when it declares none. */
   of(method: DescMethod): Role | undefined {
-    return this.byProcedure.get(procedureOf(method));
+    return this.byOperation.get(operationName(method));
   }
-}
-
-/** `package.Service/Method`: stable across descriptor instances. */
-function procedureOf(method: DescMethod): string {
-  return `${method.parent.typeName}/${method.name}`;
 }

@@ -2,7 +2,7 @@ import type { Interceptor } from "@connectrpc/connect";
 import { callWithOutcome } from "../server/call-outcome.js";
 import { noteRequestFacts, requestFactsKey } from "../server/request-context.js";
 import type { Metrics } from "./metrics.js";
-import { operationName } from "../server/connect-handlers.js";
+import { operationName } from "../server/operation-name.js";
 
 /**
  * Counts and times every API operation on every protocol (REST too: the transcoder calls the same

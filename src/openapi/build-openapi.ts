@@ -3,6 +3,7 @@ import { Code } from "@connectrpc/connect";
 import { codeName } from "../server/json-error.js";
 import { fixedPaths, fixedSchemas } from "./fixed-endpoints.js";
 import { httpBindingsOf } from "../server/http-bindings.js";
+import { operationName } from "../server/operation-name.js";
 import { SchemaCollector, type Schema } from "./json-schema.js";
 import { rpcOperation } from "./rpc-operations.js";
 
@@ -34,7 +35,7 @@ export function buildOpenApi(options: OpenApiOptions): Schema {
     tags.push({ name: tag, description: `Operations of ${service.typeName}.` });
     const seen = new Map<string, number>();
     for (const binding of bindings) {
-      const base = `${service.typeName}.${binding.rpc.name}`;
+      const base = operationName(binding.rpc);
       const n = (seen.get(base) ?? 0) + 1;
       seen.set(base, n);
       const { path, method, operation } = rpcOperation(binding, n === 1 ? base : `${base}_${n}`, tag, schemas);

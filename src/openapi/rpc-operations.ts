@@ -1,6 +1,7 @@
 import type { DescField, DescMessage } from "@bufbuild/protobuf";
 import { parsePathTemplate } from "../server/path-template.js";
 import type { HttpBinding } from "../server/http-bindings.js";
+import { operationName } from "../server/operation-name.js";
 import { isRequired, isWellKnown, scalarSchema, type Schema, type SchemaCollector } from "./json-schema.js";
 
 /** An OpenAPI operation at an OpenAPI path, for one REST binding of an RPC. */
@@ -69,7 +70,7 @@ export function rpcOperation(binding: HttpBinding, operationId: string, tag: str
     "400": { $ref: "#/components/responses/InvalidArgument" },
     "401": { $ref: "#/components/responses/Unauthenticated" },
     "403": { $ref: "#/components/responses/PermissionDenied" },
-    ...(pathFields.length > 0 || notFoundForBodyReference.has(`${rpc.parent.typeName}.${rpc.name}`)
+    ...(pathFields.length > 0 || notFoundForBodyReference.has(operationName(rpc))
       ? { "404": { $ref: "#/components/responses/NotFound" } }
       : {}),
     default: { $ref: "#/components/responses/Error" },

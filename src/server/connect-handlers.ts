@@ -1,4 +1,3 @@
-import type { DescMethod } from "@bufbuild/protobuf";
 import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import {
@@ -10,6 +9,7 @@ import {
 import type { Logger } from "../logger.js";
 import { asApiRefusal, refusalWithCode } from "./connect-refusals.js";
 import { grpcMessageHeader, type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
+import { operationName } from "./operation-name.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
 export interface ConnectHandlersOptions {
@@ -114,9 +114,4 @@ function respellGrpcMessage(headers: Headers | undefined): void {
     return; // not connect-es's encoding: leave it as it is
   }
   headers?.set("grpc-message", grpcMessageHeader(text));
-}
-
-/** An RPC's operation name, as the metrics and the log name it: `package.Service.Method`. */
-export function operationName(method: DescMethod): string {
-  return `${method.parent.typeName}.${method.name}`;
 }

@@ -3,7 +3,7 @@ import type { Logger } from "../logger.js";
 import { callWithOutcome } from "./call-outcome.js";
 import type { UnobservedAnswer } from "./http-server.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
-import { operationName } from "./connect-handlers.js";
+import { operationName } from "./operation-name.js";
 
 /**
  * One log line per operation, on every protocol: procedure, protocol, outcome, duration.

@@ -13,7 +13,7 @@ import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { httpBindingsOfMethod } from "./http-bindings.js";
 import { type NodeRequest, type NodeResponse, noteAnsweredCode, refuseMethod, writeJsonError } from "./json-error.js";
 import { refusalWithCode } from "./connect-refusals.js";
-import { operationName } from "./connect-handlers.js";
+import { operationName } from "./operation-name.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
 import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
@@ -206,7 +206,7 @@ class RestRequestError extends Error {
 function routesOf(handler: UniversalHandler): RestRoute[] {
   return httpBindingsOfMethod(handler.method).map((binding) => {
     if (binding.body !== "" && binding.body !== "*") {
-      throw new Error(`${handler.method.parent.typeName}.${handler.method.name}: body "${binding.body}" is not supported`);
+      throw new Error(`${operationName(handler.method)}: body "${binding.body}" is not supported`);
     }
     const template = parsePathTemplate(binding.path);
     const pathFields = new Set(
