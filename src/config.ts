@@ -198,10 +198,10 @@ function parseLogLevel(env: Env, name: string): LogLevel | undefined {
 
 const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
-/** Durations are written `500ms`, `30s`, `15m`, `1h`, `7d`; the result is in milliseconds. */
 /** `30s`, `15m`, `1h`, `7d`, `500ms`: a whole number and a unit. */
 const durationPattern = /^(\d+)(ms|s|m|h|d)$/;
 
+/** Durations are written `500ms`, `30s`, `15m`, `1h`, `7d`; the result is in milliseconds. */
 export function parseDuration(env: Env, name: string): number | undefined {
   const value = read(env, name);
   if (value === undefined) return undefined;
@@ -283,7 +283,6 @@ function parseBootstrapClient(env: Env): Config["bootstrapClient"] {
   return { clientId, clientSecret };
 }
 
-/** A duration from 1 minute to 24 hours. */
 /**
  * The shortest event-record retention that still refuses every replay: a request stays acceptable
  * up to 10 minutes after its first arrival (an HMAC request's signed timestamp may be 5 minutes
@@ -319,6 +318,7 @@ function parseExecutionRetention(env: Env, name: string): number | undefined {
 /** ACCESSD_TOKEN_TTL's upper bound: no access token lives longer (a retired signing key verifies this long). */
 export const maxTokenTtlMs = 86_400_000;
 
+/** A token lifetime from 1 minute to 24 hours. */
 function parseTokenTtl(env: Env, name: string): number | undefined {
   const ms = parseDuration(env, name);
   if (ms !== undefined && (ms < 60_000 || ms > maxTokenTtlMs)) throw new ConfigError(name, "must be between 1m and 24h");

@@ -18,8 +18,8 @@ import type { ServiceContext } from "./service-context.js";
 import { fieldsToWrite } from "./update-mask.js";
 
 /**
- * Automations, except RotateWebhookSecret and ListWebhookDeliveries, which the webhooks module
- * implements (its impl object is merged with this one at registration).
+ * Automations, except RotateWebhookSecret and ListWebhookDeliveries, which
+ * automation-webhooks-service.ts implements (its impl object is merged with this one at registration).
  */
 export type AutomationsImpl = Omit<ServiceImpl<typeof Automations>, "rotateWebhookSecret" | "listWebhookDeliveries">;
 

@@ -21,7 +21,8 @@ export type { ServiceContext } from "./service-context.js";
 
 /**
  * Registers every API service of the contract on the router. Automations is served by two
- * partial implementations: the automations module's and the webhooks module's (secrets, deliveries).
+ * partial implementations merged here: automations-service.ts and automation-webhooks-service.ts
+ * (RotateWebhookSecret, ListWebhookDeliveries).
  */
 export function registerApiServices(router: ConnectRouter, context: ServiceContext, webhookSecrets: WebhookSecretStore): void {
   router.service(Apps, appsService(context));

@@ -27,6 +27,12 @@ export const maxComprehensionIterations = 10_000;
  */
 export const maxEvaluationCost = 4_000_000;
 
+/*
+ * The budget of the evaluation in progress, in module state on purpose (STYLE.md asks for none):
+ * the metered functions are registered with cel-es once and receive no per-evaluation context,
+ * and an evaluation is synchronous, so exactly one runs at a time on this thread and
+ * `resetBudget()` starts each one with the whole budget.
+ */
 let iterationsLeft = maxComprehensionIterations;
 let costLeft = maxEvaluationCost;
 let exhausted: string | undefined;

@@ -1,6 +1,6 @@
 /**
  * A step of an automation as the store keeps it: a name, an optional skip condition and one
- * action whose inputs are CEL expression sources (compiled and cached by `cel-program-cache`).
+ * action whose inputs are CEL expression sources (compiled and cached by `ProgramCache`, program-cache.ts).
  */
 export interface StepDefinition {
   /** Unique within the automation; later steps read the output as ctx.<name> and ctx.steps.<name>. */

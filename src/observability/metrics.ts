@@ -130,7 +130,7 @@ export class Metrics {
     this.duration.observe({ protocol, operation }, seconds);
   }
 
-  /** One inbound webhook request answered: `reason` is the pipeline's verdict code (`accepted`, `bad_signature`, ...). */
+  /** One inbound webhook request answered: `reason` is the pipeline's verdict code (`accepted`, `signature_mismatch`, ...). */
   recordWebhookVerdict(reason: string, status: number): void {
     this.webhookVerdicts.inc({ reason, status: String(status) });
   }

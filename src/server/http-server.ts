@@ -66,17 +66,17 @@ export interface UnobservedAnswer {
 }
 
 /**
- * One listening socket for every protocol: httpolyglot reads the first bytes of each connection
- * and hands HTTP/2 (prior knowledge, as gRPC clients speak it) to an http2 server and anything
- * else to an HTTP/1.1 server; both call the same dispatcher.
- */
-/**
  * Every API answer is an authenticated caller's view, and some carry a secret shown once (a new
  * client's secret, a webhook secret): no shared or browser cache may keep them (RFC 9111 5.2.2.5;
  * the token endpoint says the same, RFC 6749 5.1).
  */
 const apiCacheControl = "no-store";
 
+/**
+ * One listening socket for every protocol: httpolyglot reads the first bytes of each connection
+ * and hands HTTP/2 (prior knowledge, as gRPC clients speak it) to an http2 server and anything
+ * else to an HTTP/1.1 server; both call the same dispatcher.
+ */
 export class HttpServer {
   private readonly server: ReturnType<typeof httpolyglot.createServer>;
   private readonly connections: ConnectionTracker;

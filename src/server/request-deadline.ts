@@ -9,12 +9,12 @@ import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
  *
  * - its body must arrive within `timeoutMs` of its headers (a client that stalls or trickles the
  *   body): else 408 with the JSON error shape if no response has started (a gRPC or gRPC-Web
- *   call: DEADLINE_EXCEEDED, trailers-only), then the request is destroyed (HTTP/2: its stream closed), which frees the handler waiting on the body and the
- *   connection. Node's own
- *   `requestTimeout` is enforced by a periodic check an http.Server starts when it listens;
- *   httpolyglot's inner HTTP/1.1 server never listens itself, so that check never runs, and http2
- *   servers have no such timeout at all. This covers both.
- * - the client must take its answer: see cutStalledAnswer.
+ *   call: DEADLINE_EXCEEDED, trailers-only), then the request is destroyed (HTTP/2: its stream
+ *   closed), which frees the handler waiting on the body and the connection. The inner HTTP/1.1
+ *   server's own `requestTimeout` is 0 (its periodic check times headers only, see
+ *   `startHeaderTimeouts` in http-server.ts), and http2 servers have no such timeout at all:
+ *   bodies are timed here, for both.
+ * - the client must take its answer: see cutStalledHttp1Answer.
  */
 export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: RequestFacts): void {
   if (res instanceof Http2ServerResponse) {

@@ -1,6 +1,6 @@
 import { initialSchema } from "./001-initial-schema.js";
-import { automationsSchema } from "./003-automations.js";
 import { iamSchema } from "./002-iam.js";
+import { automationsSchema } from "./003-automations.js";
 import { webhooksSchema } from "./004-webhooks.js";
 import { leanWriteIndexesSchema } from "./005-lean-write-indexes.js";
 import { sealedSigningKeysSchema } from "./006-sealed-signing-keys.js";
@@ -21,8 +21,8 @@ export interface Migration {
 export const migrations: readonly Migration[] = [
   initialSchema,
   iamSchema,
-  webhooksSchema,
   automationsSchema,
+  webhooksSchema,
   leanWriteIndexesSchema,
   sealedSigningKeysSchema,
   usersByEmailNocaseSchema,
