@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
+import { durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   type Automations,
@@ -58,10 +58,6 @@ export function automationWebhooksService(
       return { list: page.items.map(deliveryMessage), nextPageToken: page.nextPageToken };
     },
   };
-}
-
-function durationMs(d: Duration): number {
-  return Number(d.seconds) * 1000 + Math.trunc(d.nanos / 1_000_000);
 }
 
 function deliveryMessage(d: WebhookDeliveryRecord): WebhookDelivery {

@@ -1,4 +1,4 @@
-import type { UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { createAsyncIterable, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { Code } from "@connectrpc/connect";
 import { codeName, codeOfName } from "./json-error.js";
@@ -35,7 +35,7 @@ export async function asApiRefusal(res: UniversalServerResponse, procedure: stri
   if (error?.code === codeName(Code.Internal) && malformedRequestBody.test(error.message)) {
     return jsonError(res, 400, Code.InvalidArgument, error.message);
   }
-  return { ...res, body: once(bytes) };
+  return { ...res, body: createAsyncIterable([bytes]) };
 }
 
 /**
@@ -47,7 +47,7 @@ export async function asApiRefusal(res: UniversalServerResponse, procedure: stri
 export async function refusalWithCode(res: UniversalServerResponse): Promise<{ response: UniversalServerResponse; code: Code | undefined }> {
   const grpcStatus = res.header?.get("grpc-status") ?? res.trailer?.get("grpc-status");
   if (grpcStatus !== null && grpcStatus !== undefined) {
-    return { response: res, code: grpcStatus === "0" ? undefined : (Number(grpcStatus) as Code) };
+    return { response: res, code: grpcStatus === "0" ? undefined : codeOfGrpcStatus(grpcStatus) };
   }
   const contentType = res.header?.get("content-type") ?? "";
   const grpcWeb = contentType.startsWith("application/grpc-web");
@@ -57,7 +57,7 @@ export async function refusalWithCode(res: UniversalServerResponse): Promise<{ r
   const chunks: Uint8Array[] = [];
   for await (const chunk of res.body) chunks.push(chunk);
   const bytes = Buffer.concat(chunks);
-  const response = { ...res, body: once(bytes) };
+  const response = { ...res, body: createAsyncIterable([bytes]) };
   // Compressed for a client that accepts it: a Connect error body by Content-Encoding, a gRPC-Web
   // frame of 1 KiB or more (its flag's 0x01 bit) by Grpc-Encoding.
   if (grpcWeb) return { response, code: grpcWebTrailerStatus(bytes, res.header?.get("grpc-encoding") ?? null) };
@@ -90,7 +90,7 @@ function grpcWebTrailerStatus(body: Buffer, encoding: string | null): Code | und
       const text = (flags & 0x01 ? decompressed(frame, encoding) : frame)?.toString("latin1");
       if (text === undefined) return Code.Unknown;
       const status = /(?:^|\r\n)grpc-status:\s*(\d+)/i.exec(text)?.[1];
-      return status === undefined || status === "0" ? undefined : (Number(status) as Code);
+      return status === undefined || status === "0" ? undefined : codeOfGrpcStatus(status);
     }
     at += 5 + length;
   }
@@ -102,7 +102,7 @@ function jsonError(res: UniversalServerResponse, status: number, code: Code, mes
   const header = new Headers(res.header);
   header.set("content-type", "application/json");
   header.set("content-length", String(body.byteLength));
-  return { status, header, body: once(body) };
+  return { status, header, body: createAsyncIterable([body]) };
 }
 
 function parseError(bytes: Uint8Array): { code: string; message: string } | undefined {
@@ -116,6 +116,8 @@ function parseError(bytes: Uint8Array): { code: string; message: string } | unde
   }
 }
 
-async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
-  yield bytes;
+/** A non-zero `grpc-status` as a Code; Unknown for a value that is none (gRPC's own rule). */
+function codeOfGrpcStatus(status: string): Code {
+  const n = Number(status);
+  return Number.isInteger(n) && n >= Code.Canceled && n <= Code.Unauthenticated ? (n as Code) : Code.Unknown;
 }

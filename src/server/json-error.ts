@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { constants as http2Constants, Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { codeFromString, codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import type { WireProtocol } from "./request-context.js";
 
 export type NodeRequest = IncomingMessage | Http2ServerRequest;
@@ -15,54 +16,17 @@ export function isHttp2Request(req: NodeRequest): req is Http2ServerRequest {
   return req instanceof Http2ServerRequest;
 }
 
-/** Connect's code names, as they appear in the JSON error shape. */
-const codeNames: Record<Code, string> = {
-  [Code.Canceled]: "canceled",
-  [Code.Unknown]: "unknown",
-  [Code.InvalidArgument]: "invalid_argument",
-  [Code.DeadlineExceeded]: "deadline_exceeded",
-  [Code.NotFound]: "not_found",
-  [Code.AlreadyExists]: "already_exists",
-  [Code.PermissionDenied]: "permission_denied",
-  [Code.ResourceExhausted]: "resource_exhausted",
-  [Code.FailedPrecondition]: "failed_precondition",
-  [Code.Aborted]: "aborted",
-  [Code.OutOfRange]: "out_of_range",
-  [Code.Unimplemented]: "unimplemented",
-  [Code.Internal]: "internal",
-  [Code.Unavailable]: "unavailable",
-  [Code.DataLoss]: "data_loss",
-  [Code.Unauthenticated]: "unauthenticated",
-};
-
-/** The HTTP status Connect uses for each code (connectrpc.com/docs/protocol#error-codes). */
-const codeStatus: Record<Code, number> = {
-  [Code.Canceled]: 499,
-  [Code.Unknown]: 500,
-  [Code.InvalidArgument]: 400,
-  [Code.DeadlineExceeded]: 504,
-  [Code.NotFound]: 404,
-  [Code.AlreadyExists]: 409,
-  [Code.PermissionDenied]: 403,
-  [Code.ResourceExhausted]: 429,
-  [Code.FailedPrecondition]: 400,
-  [Code.Aborted]: 409,
-  [Code.OutOfRange]: 400,
-  [Code.Unimplemented]: 501,
-  [Code.Internal]: 500,
-  [Code.Unavailable]: 503,
-  [Code.DataLoss]: 500,
-  [Code.Unauthenticated]: 401,
-};
-
-export function codeName(code: Code): string {
-  return codeNames[code];
-}
+/**
+ * A code's name as the JSON error shape and the metrics write it (`not_found`), and the HTTP
+ * status Connect pairs with it (connectrpc.com/docs/protocol#error-codes): connect-es's own
+ * tables, so accessd's refusals and connect-es's answers never disagree.
+ */
+export const codeName: (code: Code) => string = codeToString;
+export const httpStatusOf: (code: Code) => number = codeToHttpStatus;
 
 /** The code a Connect code name (`not_found`) stands for; Unknown for a name that is none. */
 export function codeOfName(name: string): Code {
-  for (const [code, codeName] of Object.entries(codeNames)) if (codeName === name) return Number(code) as Code;
-  return Code.Unknown;
+  return codeFromString(name) ?? Code.Unknown;
 }
 
 /**
@@ -79,16 +43,12 @@ export function outcomeCodeName(error: unknown, signal: AbortSignal): string {
   return codeName(ConnectError.from(signal.aborted ? signal.reason : error).code);
 }
 
-export function httpStatusOf(code: Code): number {
-  return codeStatus[code];
-}
-
 /** The code each response was answered with, where no interceptor saw it (see `answeredCodeOf`). */
 const answeredCodes = new WeakMap<NodeResponse, string>();
 
 /** Notes the outcome code of an answer that no interceptor counted (a refusal before the handler). */
 export function noteAnsweredCode(res: NodeResponse, code: Code): void {
-  answeredCodes.set(res, codeNames[code]);
+  answeredCodes.set(res, codeName(code));
 }
 
 /**
@@ -125,7 +85,7 @@ export function writeJsonError(
     else res.destroy();
     return;
   }
-  const body = JSON.stringify({ code: codeNames[code], message });
+  const body = JSON.stringify({ code: codeName(code), message });
   noteAnsweredCode(res, code);
   res.writeHead(status, {
     ...headers,
@@ -201,7 +161,7 @@ export function writeErrorInProtocol(
  * non-200 answer's HTTP status instead, and a 408 as `unknown`).
  */
 function writeConnectEndStream(res: NodeResponse, contentType: string, code: Code, message: string, headers: Record<string, string>): void {
-  const endStream = Buffer.from(JSON.stringify({ error: { code: codeNames[code], message } }));
+  const endStream = Buffer.from(JSON.stringify({ error: { code: codeName(code), message } }));
   const frame = Buffer.alloc(5 + endStream.length);
   frame[0] = 0x02;
   frame.writeUInt32BE(endStream.length, 1);

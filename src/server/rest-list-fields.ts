@@ -1,5 +1,5 @@
 import type { DescMessage } from "@bufbuild/protobuf";
-import { readAllBytes, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { createAsyncIterable, readAllBytes, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 
 /**
  * REST answers always carry the top-level repeated fields of the response (`"list": []` on an
@@ -19,14 +19,10 @@ export async function withRepeatedFieldsPresent(
   const bytes = await readAllBytes(response.body, Number.MAX_SAFE_INTEGER);
   const json = JSON.parse(new TextDecoder().decode(bytes)) as Record<string, unknown>;
   const missing = repeated.filter((f) => !(f.jsonName in json));
-  if (missing.length === 0) return { ...response, body: oneChunk(bytes) };
+  if (missing.length === 0) return { ...response, body: createAsyncIterable([bytes]) };
   const empty = missing.map((f) => [f.jsonName, f.fieldKind === "list" ? [] : {}]);
   const body = new TextEncoder().encode(JSON.stringify({ ...Object.fromEntries(empty), ...json }));
   const header = new Headers(response.header);
   header.set("content-length", String(body.byteLength));
-  return { ...response, header, body: oneChunk(body) };
-}
-
-async function* oneChunk(bytes: Uint8Array): AsyncIterable<Uint8Array> {
-  yield bytes;
+  return { ...response, header, body: createAsyncIterable([body]) };
 }

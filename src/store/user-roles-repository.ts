@@ -10,7 +10,10 @@ import type { ReadCache } from "./read-cache.js";
 export const rolesColumn = (userIdSql: string): string =>
   `(SELECT group_concat(role) FROM user_roles r WHERE r.user_id = ${userIdSql}) AS roles`;
 
-/** `rolesColumn`'s value -> roles, lowest first. */
+/**
+ * `rolesColumn`'s value -> roles, lowest first. Only Role values are ever written (the API's
+ * `normalizeRoles`, auth/role-grants.ts, refuses any other number; bootstrap writes SUPER_ADMIN).
+ */
 export function parseRoles(column: string | null): Role[] {
   if (column === null || column === "") return [];
   return column
