@@ -145,7 +145,7 @@ function mebibytes(n: number | undefined): number | undefined {
   return n === undefined ? undefined : n * 1024 * 1024;
 }
 
-export function parseInteger(env: Env, name: string, min: number, max: number): number | undefined {
+function parseInteger(env: Env, name: string, min: number, max: number): number | undefined {
   const value = read(env, name);
   if (value === undefined) return undefined;
   if (!/^\d+$/.test(value)) throw new ConfigError(name, `"${value}" is not a whole number`);
@@ -202,7 +202,7 @@ const durationUnits: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_
 const durationPattern = /^(\d+)(ms|s|m|h|d)$/;
 
 /** Durations are written `500ms`, `30s`, `15m`, `1h`, `7d`; the result is in milliseconds. */
-export function parseDuration(env: Env, name: string): number | undefined {
+function parseDuration(env: Env, name: string): number | undefined {
   const value = read(env, name);
   if (value === undefined) return undefined;
   const match = durationPattern.exec(value);

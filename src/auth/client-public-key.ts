@@ -14,7 +14,7 @@ export class UnsupportedKeyError extends Error {
  * The one algorithm a registered key verifies: fixed by the key's type, so an assertion cannot
  * choose a weaker one (`alg` confusion). A JWK `alg`, when present, must agree.
  */
-export function algorithmOf(jwk: JWK): AssertionAlgorithm {
+export function algorithmOfJwk(jwk: JWK): AssertionAlgorithm {
   const alg = ((): AssertionAlgorithm | undefined => {
     if (jwk.kty === "OKP" && jwk.crv === "Ed25519") return "EdDSA";
     if (jwk.kty === "EC" && jwk.crv === "P-256") return "ES256";
@@ -38,7 +38,7 @@ export async function publicKeyToRegister(value: unknown): Promise<string> {
   }
   const jwk = value as JWK;
   if ("d" in jwk || "p" in jwk || "k" in jwk) throw new UnsupportedKeyError("must be a public key, not a private or secret one");
-  const alg = algorithmOf(jwk);
+  const alg = algorithmOfJwk(jwk);
   const kept: JWK = {};
   for (const member of ["kty", "crv", "x", "y", "n", "e", "kid", "alg", "use"] as const) {
     const v = jwk[member];
@@ -57,6 +57,6 @@ export async function publicKeyToRegister(value: unknown): Promise<string> {
 
 export async function importClientKey(storedJwk: string): Promise<{ key: CryptoKey; alg: AssertionAlgorithm }> {
   const jwk = JSON.parse(storedJwk) as JWK;
-  const alg = algorithmOf(jwk);
+  const alg = algorithmOfJwk(jwk);
   return { key: (await importJWK(jwk, alg)) as CryptoKey, alg };
 }

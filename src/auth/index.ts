@@ -6,4 +6,4 @@ export { publicKeyToRegister, UnsupportedKeyError } from "./client-public-key.js
 export { FailureLimiter } from "./failure-limiter.js";
 export { highestRole, principalKey, roleAtLeast, type Principal } from "./principal.js";
 export { RequiredRoles } from "./required-roles.js";
-export { tokenEndpoint, tokenPath } from "./token-endpoint.js";
+export { tokenEndpoint } from "./token-endpoint.js";

@@ -2,7 +2,7 @@ import { createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { checkEventId } from "../webhooks/event-id.js";
-import { algorithmOf, signHmacWebhook, signJwtWebhook, type JwtAlgorithm, type SignedHeaders } from "../webhooks/index.js";
+import { algorithmOfKey, allowedJwtAlgorithms, signHmacWebhook, signJwtWebhook, type JwtAlgorithm, type SignedHeaders } from "../webhooks/index.js";
 
 interface SignFlags {
   url: string;
@@ -112,7 +112,7 @@ function withSigningOptions(command: Command): Command {
     .option("--secret-file <path>", "HMAC listeners: a file holding the signing secret (one trailing newline is ignored)")
     .option("--key <pem-file>", "JWT listeners: the PEM private key (RSA, EC P-256 or Ed25519)")
     .option("--kid <kid>", "JWT listeners: the key id, as in your JWKS")
-    .addOption(new Option("--alg <alg>", "JWT algorithm (default: from the key)").choices(["RS256", "ES256", "EdDSA"]))
+    .addOption(new Option("--alg <alg>", "JWT algorithm (default: from the key)").choices(allowedJwtAlgorithms))
     .option("--event-id <uuid>", "Webhook-Event-Id, a UUID v4 (default: a new one)", parseEventId)
     .option("--timestamp <seconds>", "Webhook-Timestamp, Unix time in whole seconds (default: now)", parseTimestamp)
     .option("--aud <url>", "JWT aud: the endpoint URL the service shows, when --url differs (a proxy, a tunnel)")
@@ -132,7 +132,7 @@ async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders
     const headers = await signJwtWebhook(request, {
       privateKey,
       kid: flags.kid,
-      alg: flags.alg ?? algorithmOf(privateKey),
+      alg: flags.alg ?? algorithmOfKey(privateKey),
       baseUrl: flags.baseUrl,
       audience: flags.aud,
     });

@@ -1,3 +1,3 @@
-export { effectivePageSize, defaultPageSize, minPageSize, maxPageSize } from "./page-size.js";
+export { effectivePageSize } from "./page-size.js";
 export { PageTokenCodec } from "./page-token.js";
 export { paginate, paginateAsync, listingFingerprint, type Page, type PageRequest } from "./paginate.js";

@@ -180,11 +180,6 @@ export function grpcMessageHeader(text: string): string {
   return spelled;
 }
 
-export function writeConnectError(res: NodeResponse, error: unknown): void {
-  const e = ConnectError.from(error);
-  writeJsonError(res, e.code, e.rawMessage);
-}
-
 export function writeJson(res: NodeResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
   const body = JSON.stringify(value);
   res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(body) });

@@ -64,11 +64,6 @@ export class RestTranscoder {
     this.routes.sort((a, b) => b.template.literalCount - a.template.literalCount);
   }
 
-  /** Every route, for documentation and tests. */
-  get routeTable(): readonly { method: string; path: string; rpc: DescMethod }[] {
-    return this.routes.map((r) => ({ method: r.httpMethod, path: r.template.source, rpc: r.rpc }));
-  }
-
   /**
    * Handles the request when its path is a REST route; answers 404 for unknown paths and 405
    * for a known path with another method.

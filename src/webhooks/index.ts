@@ -10,7 +10,7 @@ import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
 import { GroupCommit } from "./group-commit.js";
 import { webhookTriggerHooks } from "./hooks.js";
 import { IpRestrictions } from "./ip-restriction.js";
-import { JwksCache, type JwksCacheOptions } from "./jwks-cache.js";
+import { JwksCache } from "./jwks-cache.js";
 import type { ListenerDirectory } from "./listener-lookup.js";
 import { WebhookPipeline } from "./pipeline.js";
 import { WebhookSecretStore } from "./secret-store.js";
@@ -19,7 +19,8 @@ import { type VerdictObserver, webhookRoute } from "./webhook-route.js";
 
 export { defaultRotationGraceMs, WebhookSecretStore } from "./secret-store.js";
 export { webhookEndpointUrl, webhookPathPrefix } from "./endpoint-url.js";
-export { signHmacWebhook, signJwtWebhook, algorithmOf, type SignedHeaders, type JwtAlgorithm } from "./sign-request.js";
+export { allowedJwtAlgorithms, type JwtAlgorithm } from "./jwt-verification.js";
+export { signHmacWebhook, signJwtWebhook, algorithmOfKey, type SignedHeaders } from "./sign-request.js";
 export type { EnqueueExecution } from "./event-acceptance.js";
 export type { ListenerDirectory } from "./listener-lookup.js";
 
@@ -38,7 +39,6 @@ export interface WebhooksOptions {
   enqueueExecution: EnqueueExecution;
   /** Hands a committed execution to the worker (and wakes it). */
   handOffExecution: (execution: Execution) => void;
-  jwks?: Partial<JwksCacheOptions>;
   /** Told every request's verdict reason and status (the /metrics counter). */
   onVerdict?: VerdictObserver;
 }
@@ -62,7 +62,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     ipRestrictions: new IpRestrictions(),
     hmacKeys: (automationId) => secrets.validKeys(automationId),
     hmacKeyWrites: () => secrets.writes,
-    jwks: new JwksCache(options.jwks, { clock, log: options.log }),
+    jwks: new JwksCache({}, { clock, log: options.log }),
     accept: (event, inTransaction, stillAcceptable) => acceptance.accept(event, inTransaction, stillAcceptable),
     deliveries: new DeliveryLog(store.webhooks.deliveries, {
       clock,

@@ -4,7 +4,9 @@ import { JwksHttpStatusError, JwksNotJsonError, JwksTooLargeError, type JwksCach
 import { unauthenticated, type Rejection } from "./rejection.js";
 
 /** Spec 5.2: RS256, ES256 and EdDSA only; never `none` or an HMAC algorithm. */
-export const allowedJwtAlgorithms: readonly string[] = ["RS256", "ES256", "EdDSA"];
+export const allowedJwtAlgorithms = ["RS256", "ES256", "EdDSA"] as const;
+export type JwtAlgorithm = (typeof allowedJwtAlgorithms)[number];
+const isAllowedJwtAlgorithm = (alg: unknown): alg is JwtAlgorithm => allowedJwtAlgorithms.some((a) => a === alg);
 /** Spec 5.2: `exp` at most 10 minutes after the current time. */
 export const maxJwtLifetimeSeconds = 600;
 const requiredClaims = ["sub", "aud", "exp", "jti", "htm", "htb_s256"];
@@ -38,7 +40,7 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
   } catch {
     return unauthenticated("jwt_malformed", "the bearer token is not a JWS compact JWT");
   }
-  if (typeof header.alg !== "string" || !allowedJwtAlgorithms.includes(header.alg)) {
+  if (!isAllowedJwtAlgorithm(header.alg)) {
     return unauthenticated("jwt_alg_not_allowed", `JWT alg must be one of ${allowedJwtAlgorithms.join(", ")}`);
   }
   if (typeof header.kid !== "string" || header.kid === "") {

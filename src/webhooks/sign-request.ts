@@ -2,6 +2,7 @@ import { createHash, randomUUID, type KeyObject } from "node:crypto";
 import { SignJWT } from "jose";
 import { baseUrlOfEndpoint } from "./endpoint-url.js";
 import { hmacSignature } from "./hmac-signature.js";
+import type { JwtAlgorithm } from "./jwt-verification.js";
 
 /** What a sender signs: the endpoint URL, the raw body, and optionally a fixed event id and time. */
 export interface WebhookToSign {
@@ -21,7 +22,6 @@ export interface SignedHeaders {
   Authorization?: string;
 }
 
-export type JwtAlgorithm = "RS256" | "ES256" | "EdDSA";
 
 /** Headers for an HMAC listener (spec 5.2): the signature over `<timestamp>.<event_id>.<body>`. */
 export function signHmacWebhook(request: WebhookToSign, secret: string): SignedHeaders {
@@ -51,7 +51,7 @@ export async function signJwtWebhook(request: WebhookToSign, key: JwtSigningKey)
   const aud = key.audience ?? request.url;
   const sub = key.baseUrl ?? baseUrlOfEndpoint(aud);
   if (sub === undefined) throw new Error(`${aud} is not a webhook endpoint URL (…/api/v1/webhooks/incoming/<id>)`);
-  const alg = key.alg ?? algorithmOf(key.privateKey);
+  const alg = key.alg ?? algorithmOfKey(key.privateKey);
   const now = Number(headers["Webhook-Timestamp"]);
   const jwt = await new SignJWT({
     htm: "POST",
@@ -76,7 +76,7 @@ function baseHeaders(request: WebhookToSign): SignedHeaders {
 }
 
 /** The JWS algorithm the spec pairs with a key: RS256, ES256 or EdDSA. */
-export function algorithmOf(key: KeyObject): JwtAlgorithm {
+export function algorithmOfKey(key: KeyObject): JwtAlgorithm {
   const type = key.asymmetricKeyType;
   switch (type) {
     case "rsa":

@@ -11,15 +11,17 @@ export interface TriggerValidationOptions {
 const maxCidrs = 256;
 const maxUrlLength = 2048;
 
-/** Refuses a webhook trigger the pipeline could not serve safely; the message names the field. */
+/**
+ * Refuses a webhook trigger the pipeline could not serve safely; the message names the field.
+ * Whether a JWKS URL is there at all (required for JWT, refused for HMAC) was decided when the
+ * trigger was read from its message (`triggerFromMessage`).
+ */
 export function validateWebhookTrigger(trigger: WebhookTriggerConfig, options: TriggerValidationOptions): void {
   if (trigger.authMethod === "JWT") validateJwksUrl(trigger.jwksUrl, options);
-  else if (trigger.jwksUrl !== "") throw invalid("trigger.webhook.jwksUrl is only for JWT listeners");
   validateCidrs(trigger.ipRestrictionEnabled, trigger.allowedCidrs);
 }
 
-export function validateJwksUrl(text: string, options: TriggerValidationOptions): void {
-  if (text === "") throw invalid("trigger.webhook.jwksUrl is required for JWT listeners");
+function validateJwksUrl(text: string, options: TriggerValidationOptions): void {
   let url: URL;
   try {
     url = new URL(text);
