@@ -1,6 +1,6 @@
 import { isIP } from "node:net";
 import { defaultLogBufferBytes } from "./log-output.js";
-import { parseCidr } from "./webhooks/cidr.js";
+import { parseCidr } from "./server/cidr.js";
 import { timestampToleranceSeconds } from "./webhooks/timestamp-window.js";
 
 /** Every ACCESSD_* variable, parsed and validated once at start. */

@@ -2,7 +2,7 @@ import { once } from "node:events";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { connect, type AddressInfo } from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
-import { ConnectionTracker } from "../src/server/graceful-shutdown.js";
+import { ConnectionTracker } from "../src/server/connection-tracker.js";
 import { until } from "./support/served-process.js";
 
 describe("ConnectionTracker", () => {

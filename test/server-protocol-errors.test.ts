@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { outcomeCodeName } from "../src/server/json-error.js";
+import { outcomeCodeName } from "../src/server/outcome-codes.js";
 import { protocolOfContentType } from "../src/server/request-context.js";
 
 describe("the protocol of a request, read from its Content-Type", () => {

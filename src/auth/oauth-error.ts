@@ -1,4 +1,4 @@
-import type { NodeResponse } from "../server/json-error.js";
+import type { NodeResponse } from "../server/node-http.js";
 
 /**
  * RFC 6749 section 5.2 error codes, plus RFC 8628's `slow_down` for the brute-force limiter and

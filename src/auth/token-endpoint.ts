@@ -1,7 +1,7 @@
 import type { Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
-import type { NodeRequest, NodeResponse } from "../server/json-error.js";
+import type { NodeRequest, NodeResponse } from "../server/node-http.js";
 import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "../server/read-body.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { RequestTimeoutError } from "../server/request-deadline.js";
@@ -9,7 +9,7 @@ import { storeUnavailableHeaders, storeUnavailableMessage } from "../server/stor
 import type { Client } from "../store/clients-repository.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
-import { SourceIpResolver } from "../webhooks/source-ip.js";
+import { SourceIpResolver } from "../server/source-ip.js";
 import type { AccessTokens } from "./access-tokens.js";
 import { assertionRefusal, jwtBearerAssertionType, verifyClientAssertion } from "./client-assertion.js";
 import { decoyHash, verifySecret } from "./client-secret.js";

@@ -1,6 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
-import { codeName } from "../server/json-error.js";
+import { codeName } from "../server/outcome-codes.js";
 import { fixedPaths, fixedSchemas } from "./fixed-endpoints.js";
 import { httpBindingsOf } from "../server/http-bindings.js";
 import { operationName } from "../server/operation-name.js";

@@ -1,5 +1,5 @@
 import type { StreamResponse, UnaryRequest, StreamRequest, UnaryResponse } from "@connectrpc/connect";
-import { outcomeCodeName } from "./json-error.js";
+import { outcomeCodeName } from "./outcome-codes.js";
 import { requestFactsKey } from "./request-context.js";
 
 /**

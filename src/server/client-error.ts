@@ -1,7 +1,7 @@
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import { Code } from "@connectrpc/connect";
-import { codeName } from "./json-error.js";
+import { codeName } from "./outcome-codes.js";
 
 /** How a request Node's HTTP/1.1 parser refused (its `clientError`) is answered: status, code, message. */
 function refusalOf(errorCode: string | undefined): { status: number; code: Code; message: string } {

@@ -8,7 +8,10 @@ import {
 } from "@connectrpc/connect-node";
 import type { Logger } from "../logger.js";
 import { asApiRefusal, refusalWithCode } from "./connect-refusals.js";
-import { grpcMessageHeader, type NodeRequest, type NodeResponse, noteAnsweredCode, writeJsonError } from "./json-error.js";
+import { writeJsonError } from "./json-error.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
+import { noteAnsweredCode } from "./outcome-codes.js";
+import { grpcMessageHeader } from "./protocol-error.js";
 import { operationName } from "./operation-name.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 

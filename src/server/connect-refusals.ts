@@ -1,7 +1,7 @@
 import { createAsyncIterable, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import { Code } from "@connectrpc/connect";
-import { codeName, codeOfName } from "./json-error.js";
+import { codeName, codeOfName } from "./outcome-codes.js";
 
 /**
  * connect-es's messages, with code `internal`, for a request body that is not valid protobuf

@@ -1,4 +1,4 @@
-import type { NodeRequest } from "./json-error.js";
+import type { NodeRequest } from "./node-http.js";
 
 export class BodyTooLargeError extends Error {
   constructor(readonly limit: number) {

@@ -1,7 +1,8 @@
 import { Http2ServerResponse, constants as http2Constants } from "node:http2";
 import type { Socket } from "node:net";
 import { Code } from "@connectrpc/connect";
-import { isHttp2Request, type NodeRequest, type NodeResponse, writeErrorInProtocol } from "./json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
+import { writeErrorInProtocol } from "./protocol-error.js";
 import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
 
 /**

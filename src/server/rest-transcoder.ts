@@ -11,7 +11,9 @@ import {
 import { Code, createContextValues } from "@connectrpc/connect";
 import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { httpBindingsOfMethod } from "./http-bindings.js";
-import { type NodeRequest, type NodeResponse, noteAnsweredCode, refuseMethod, writeJsonError } from "./json-error.js";
+import { refuseMethod, writeJsonError } from "./json-error.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
+import { noteAnsweredCode } from "./outcome-codes.js";
 import { refusalWithCode } from "./connect-refusals.js";
 import { operationName } from "./operation-name.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";

@@ -8,13 +8,13 @@ import type { Store } from "../store/store.js";
 import { DeliveryLog, defaultRefusalsPerSecond } from "./delivery-log.js";
 import { EventAcceptance, type EnqueueExecution } from "./event-acceptance.js";
 import { GroupCommit } from "./group-commit.js";
-import { webhookTriggerHooks } from "./hooks.js";
+import { webhookTriggerHooks } from "./webhook-trigger-hooks.js";
 import { IpRestrictions } from "./ip-restriction.js";
 import { JwksCache } from "./jwks-cache.js";
 import type { ListenerDirectory } from "./listener-lookup.js";
 import { WebhookPipeline } from "./pipeline.js";
 import { WebhookSecretStore } from "./secret-store.js";
-import { SourceIpResolver } from "./source-ip.js";
+import { SourceIpResolver } from "../server/source-ip.js";
 import { type VerdictObserver, webhookRoute } from "./webhook-route.js";
 
 export { defaultRotationGraceMs, WebhookSecretStore } from "./secret-store.js";

@@ -1,6 +1,6 @@
 import type { BlockList } from "node:net";
 import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
-import { cidrsContain, compileCidrs } from "./cidr.js";
+import { cidrsContain, compileCidrs } from "../server/cidr.js";
 import { Rejection } from "./rejection.js";
 
 interface Compiled {

@@ -16,7 +16,7 @@ import { verifyWebhookJwt } from "./jwt-verification.js";
 import { lookUpListener, recheckListener, type ListenerDirectory } from "./listener-lookup.js";
 import { Rejection } from "./rejection.js";
 import { headerValue, requireHeaders, type HeaderMap } from "./required-headers.js";
-import type { SourceIpResolver } from "./source-ip.js";
+import type { SourceIpResolver } from "../server/source-ip.js";
 import { checkTimestamp } from "./timestamp-window.js";
 
 export interface WebhookPipelineDeps {

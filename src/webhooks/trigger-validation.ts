@@ -1,7 +1,7 @@
 import { isIP } from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
-import { parseCidr } from "./cidr.js";
+import { parseCidr } from "../server/cidr.js";
 
 export interface TriggerValidationOptions {
   /** ACCESSD_JWKS_ALLOW_HTTP: `http://` JWKS URLs on loopback hosts. */

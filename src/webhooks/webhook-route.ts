@@ -1,6 +1,7 @@
 import type { Logger } from "../logger.js";
 import type { RawRoute } from "../server/http-server.js";
-import { type NodeRequest, type NodeResponse, refuseMethod, writeJson, writeJsonError } from "../server/json-error.js";
+import { refuseMethod, writeJson, writeJsonError } from "../server/json-error.js";
+import type { NodeRequest, NodeResponse } from "../server/node-http.js";
 import type { RequestFacts } from "../server/request-context.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import type { BodySource } from "./body-reader.js";

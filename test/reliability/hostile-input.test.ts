@@ -3,7 +3,7 @@ import { connect as http2Connect, constants as http2Constants } from "node:http2
 import { runInNewContext } from "node:vm";
 import { setFlagsFromString } from "node:v8";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { ConnectionTracker } from "../../src/server/graceful-shutdown.js";
+import { ConnectionTracker } from "../../src/server/connection-tracker.js";
 import { signHmacWebhook, signJwtWebhook } from "../../src/webhooks/index.js";
 import { rawRequest, type RawAnswer } from "../support/raw-http.js";
 import { until } from "../support/served-process.js";

@@ -1,7 +1,7 @@
 import type { Socket } from "node:net";
 import type { Http2Session } from "node:http2";
 import type { Server } from "node:net";
-import { isHttp2Request, type NodeRequest, type NodeResponse } from "./json-error.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
 
 /**
  * How long a stopping server keeps an idle HTTP/1.1 keep-alive connection open before it ends it.

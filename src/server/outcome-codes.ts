@@ -1,0 +1,51 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { codeFromString, codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
+import type { NodeResponse } from "./node-http.js";
+
+/**
+ * A code's name as the JSON error shape and the metrics write it (`not_found`), and the HTTP
+ * status Connect pairs with it (connectrpc.com/docs/protocol#error-codes): connect-es's own
+ * tables, so accessd's refusals and connect-es's answers never disagree.
+ */
+export const codeName: (code: Code) => string = codeToString;
+export const httpStatusOf: (code: Code) => number = codeToHttpStatus;
+
+/** The code a Connect code name (`not_found`) stands for; Unknown for a name that is none. */
+export function codeOfName(name: string): Code {
+  return codeFromString(name) ?? Code.Unknown;
+}
+
+/**
+ * The code an RPC that failed is logged and counted under. Once its client went away (its request
+ * signal aborted) that is the reason the signal gives, `canceled` for a reset or a closed
+ * connection, whatever error the handler met on its way out: connect-es reported a Watch stream
+ * reset before its request message arrived as `unimplemented` ("missing input message").
+ */
+export function outcomeCodeName(error: unknown, signal: AbortSignal): string {
+  // A response stream the client closed before its end (an HTTP/2 reset, a dropped session): its
+  // going away can reach the handler as "Premature close" before the signal aborts.
+  const prematureClose = (e: unknown): boolean => (e as { code?: unknown } | undefined)?.code === "ERR_STREAM_PREMATURE_CLOSE";
+  if (prematureClose(error) || prematureClose((error as { cause?: unknown } | undefined)?.cause)) return codeName(Code.Canceled);
+  return codeName(ConnectError.from(signal.aborted ? signal.reason : error).code);
+}
+
+/** The code each response was answered with, where no interceptor saw it (see `answeredCodeOf`). */
+const answeredCodes = new WeakMap<NodeResponse, string>();
+
+/** Notes the outcome code of an answer that no interceptor counted (a refusal before the handler). */
+export function noteAnsweredCode(res: NodeResponse, code: Code): void {
+  answeredCodes.set(res, codeName(code));
+}
+
+/**
+ * The outcome code of an answered response, for the metrics and the log of an answer no
+ * interceptor saw: the code noted for it (`writeJsonError` notes every error it writes), `ok` for
+ * a success, `canceled` when the answer was not `answered` in full (the client left), else
+ * `unknown`.
+ */
+export function answeredCodeOf(res: NodeResponse, answered: boolean): string {
+  const noted = answeredCodes.get(res);
+  if (noted !== undefined) return noted;
+  if (!answered) return "canceled";
+  return res.statusCode >= 200 && res.statusCode < 300 ? "ok" : "unknown";
+}
