@@ -74,44 +74,23 @@ export class RestTranscoder {
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");
     const path = queryStart === -1 ? url : url.slice(0, queryStart);
-    const segments = path.slice(1).split("/");
 
-    let match: { route: RestRoute; bindings: PathBinding[] } | undefined;
-    const allowed = new Set<string>();
-    try {
-      for (const route of this.routes) {
-        const bindings = matchPathTemplate(route.template, segments);
-        if (bindings === undefined) continue;
-        allowed.add(route.httpMethod);
-        if (route.httpMethod === req.method || (req.method === "HEAD" && route.httpMethod === "GET")) {
-          match = { route, bindings };
-          break;
-        }
-      }
-    } catch {
+    const found = this.matchRoute(req.method, path);
+    if (found === "malformed") {
       writeJsonError(res, Code.InvalidArgument, `path ${path} has a malformed percent-escape`);
       return;
     }
-    if (match === undefined) {
-      if (allowed.size === 0) {
-        writeJsonError(res, Code.NotFound, `no operation at ${req.method ?? ""} ${path}`);
-      } else {
-        refuseMethod(res, req.method, path, [...allowed]);
-      }
+    if (found.match === undefined) {
+      if (found.allowed.size === 0) writeJsonError(res, Code.NotFound, `no operation at ${req.method ?? ""} ${path}`);
+      else refuseMethod(res, req.method, path, [...found.allowed]);
       return;
     }
+    const { route, bindings } = found.match;
 
-    facts.operation = match.route.operation;
+    facts.operation = route.operation;
     let message: JsonObject;
     try {
-      message = await this.requestJson(req, match.route);
-      for (const binding of match.bindings) {
-        setField(message, match.route.rpc.input, binding.fieldPath, binding.value, "path");
-      }
-      if (queryStart !== -1) {
-        applyQuery(message, match.route, new URLSearchParams(url.slice(queryStart + 1)));
-      }
-      if (match.route.pageSizeField !== undefined) clampPageSizeToInt32(message, match.route.pageSizeField);
+      message = await this.assembleMessage(req, route, bindings, queryStart === -1 ? undefined : url.slice(queryStart + 1));
     } catch (e) {
       if (e instanceof BodyTooLargeError) {
         writeJsonError(res, Code.ResourceExhausted, e.message, 413);
@@ -123,33 +102,22 @@ export class RestTranscoder {
       return;
     }
 
-    const header = new Headers();
-    for (const [name, value] of Object.entries(req.headers)) {
-      if (name.startsWith(":") || value === undefined) continue;
-      if (name === "content-length" || name === "content-encoding" || name === "transfer-encoding") continue;
-      if (name === "accept-encoding") continue; // the JSON is completed below, so it must stay plain
-      // Connect's and gRPC's own headers are not REST's: `Connect-Timeout-Ms: abc` was a 400 "protocol error".
-      if (name.startsWith("connect-") || name.startsWith("grpc-")) continue;
-      header.set(name, Array.isArray(value) ? value.join(", ") : value);
-    }
-    header.set("content-type", "application/json");
-
     // Cancels the call when the client goes away first. Not after a finished response: aborting
     // builds a DOMException with its stack trace (about 12 us a request, issue 7).
     const abort = new AbortController();
     res.once("close", () => {
       if (!res.writableFinished) abort.abort();
     });
-    const response = await match.route.handler({
+    const response = await route.handler({
       httpVersion: req.httpVersion,
       method: "POST",
-      url: `http://${req.headers.host ?? "localhost"}${match.route.handler.requestPath}`,
-      header,
+      url: `http://${req.headers.host ?? "localhost"}${route.handler.requestPath}`,
+      header: forwardedHeaders(req),
       body: message,
       signal: abort.signal,
       contextValues: createContextValues().set(requestFactsKey, facts),
     });
-    let answered = await withRepeatedFieldsPresent(response, match.route.rpc.output);
+    let answered = await withRepeatedFieldsPresent(response, route.rpc.output);
     if (facts.observed !== true) {
       // Refused by connect-es's decoder before the interceptors (an unknown field, an enum name
       // that is none): its code, for the HTTP layer's count and line.
@@ -161,6 +129,40 @@ export class RestTranscoder {
     // stream of a HEAD request ends with its headers, and writing the body after them broke the
     // answer (the client saw the stream end without headers).
     await universalResponseToNodeResponse(req.method === "HEAD" ? { ...answered, body: undefined } : answered, res);
+  }
+
+  /**
+   * The route serving `method` on `path` (HEAD where GET is), or the methods the path's routes
+   * take (none: no such path); "malformed" for a path with a bad percent-escape.
+   */
+  private matchRoute(
+    method: string | undefined,
+    path: string,
+  ): { match?: { route: RestRoute; bindings: PathBinding[] }; allowed: Set<string> } | "malformed" {
+    const segments = path.slice(1).split("/");
+    const allowed = new Set<string>();
+    try {
+      for (const route of this.routes) {
+        const bindings = matchPathTemplate(route.template, segments);
+        if (bindings === undefined) continue;
+        allowed.add(route.httpMethod);
+        if (route.httpMethod === method || (method === "HEAD" && route.httpMethod === "GET")) {
+          return { match: { route, bindings }, allowed };
+        }
+      }
+    } catch {
+      return "malformed";
+    }
+    return { allowed };
+  }
+
+  /** The RPC's request message as JSON: the body, then the path's fields, then the query's. */
+  private async assembleMessage(req: NodeRequest, route: RestRoute, bindings: PathBinding[], query: string | undefined): Promise<JsonObject> {
+    const message = await this.requestJson(req, route);
+    for (const binding of bindings) setField(message, route.rpc.input, binding.fieldPath, binding.value, "path");
+    if (query !== undefined) applyQuery(message, route, new URLSearchParams(query));
+    if (route.pageSizeField !== undefined) clampPageSizeToInt32(message, route.pageSizeField);
+    return message;
   }
 
   private async requestJson(req: NodeRequest, route: RestRoute): Promise<JsonObject> {
@@ -368,4 +370,22 @@ function textToJson(type: ScalarType | "enum", text: string): JsonValue {
   }
   if (type === "enum" && /^-?\d+$/.test(text)) return Number(text);
   return text;
+}
+
+/**
+ * The request's headers as the Connect handler gets them: the body's framing and encoding are
+ * the transcoder's (the JSON is rewritten, and completed on the way back, so it stays plain), and
+ * Connect's and gRPC's own headers are not REST's (`Connect-Timeout-Ms: abc` was a 400 "protocol
+ * error").
+ */
+function forwardedHeaders(req: NodeRequest): Headers {
+  const header = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (name.startsWith(":") || value === undefined) continue;
+    if (name === "content-length" || name === "content-encoding" || name === "transfer-encoding" || name === "accept-encoding") continue;
+    if (name.startsWith("connect-") || name.startsWith("grpc-")) continue;
+    header.set(name, Array.isArray(value) ? value.join(", ") : value);
+  }
+  header.set("content-type", "application/json");
+  return header;
 }
