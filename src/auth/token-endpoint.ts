@@ -111,7 +111,48 @@ interface TokenEndpoint extends TokenEndpointOptions {
   familiar: FamiliarAddresses;
 }
 
+/**
+ * Steps of a token request: read it, admit it past the failure limiter, check the client's
+ * credential, sign, confirm the client still exists, note the address it came from.
+ */
 async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: TokenAudit) {
+  const params = await readTokenRequest(req);
+  const grantType = requireParameter(params, "grant_type");
+  if (grantType !== "client_credentials") {
+    throw new OAuthError("unsupported_grant_type", "grant_type must be client_credentials");
+  }
+  const clientId = requireParameter(params, "client_id");
+  // Behind a reverse proxy the TCP peer is the proxy: keyed on it, ten bad requests from anyone
+  // would lock out every client. An id no client can have gets no key of its own (a key per
+  // made-up id would let a flood of long ids fill the memory).
+  const sourceAddress = audit.sourceIp;
+  audit.clientId = clientId.length <= maxClientIdLength ? clientId : `${clientId.slice(0, maxClientIdLength)}…`;
+  const credential = credentialOf(params);
+
+  const admission = admit(clientId, sourceAddress, options);
+  let client: Client;
+  try {
+    client = await authenticateClient(clientId, credential, options);
+  } catch (e) {
+    if (e instanceof OAuthError && e.error === "invalid_client") admission.attempt.fail();
+    throw e;
+  } finally {
+    admission.attempt.release(); // a success, or a failure of the store: not a guess that failed
+  }
+  const issued = await options.tokens.issue(client);
+  // The client may have been deleted while its credential was checked (scrypt, a signature) or
+  // its token signed (WebCrypto, on the same thread pool): no token for a client that no longer
+  // exists, even one that would fail at its first use.
+  const now = options.store.clients.get(clientId);
+  if (now === undefined || now.createdAt !== client.createdAt) {
+    throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
+  }
+  noteFamiliarAddress(clientId, sourceAddress, options);
+  return issued;
+}
+
+/** The request's parameters, after what the endpoint refuses before reading them. */
+async function readTokenRequest(req: NodeRequest): Promise<TokenParameters> {
   if (req.method !== "POST") {
     throw new OAuthError("invalid_request", "the token endpoint takes POST", 405, { allow: "POST" });
   }
@@ -131,23 +172,18 @@ async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: Token
     if (e instanceof BodyTooLargeError) throw new OAuthError("invalid_request", e.message, 413);
     throw e;
   }
-  const params = parseTokenRequest(req.headers["content-type"], body);
-  const grantType = requireParameter(params, "grant_type");
-  if (grantType !== "client_credentials") {
-    throw new OAuthError("unsupported_grant_type", "grant_type must be client_credentials");
-  }
-  const clientId = requireParameter(params, "client_id");
-  // Behind a reverse proxy the TCP peer is the proxy: keyed on it, ten bad requests from anyone
-  // would lock out every client. An id no client can have gets no key of its own (a key per
-  // made-up id would let a flood of long ids fill the memory).
-  const sourceAddress = audit.sourceIp;
-  audit.clientId = clientId.length <= maxClientIdLength ? clientId : `${clientId.slice(0, maxClientIdLength)}…`;
-  const credential = credentialOf(params);
+  return parseTokenRequest(req.headers["content-type"], body);
+}
 
+/**
+ * A place under the failure limiter for this attempt, or 429: keyed on the source address, and on
+ * the client id too unless the client got a token from this address before (so strangers who
+ * know a client's id cannot lock it out).
+ */
+function admit(clientId: string, sourceAddress: string, options: TokenEndpoint) {
   const addressKey = `address:${sourceAddress}`;
   const limitsClient = clientId.length <= maxClientIdLength && !options.familiar.has(clientId, sourceAddress);
-  const keys = limitsClient ? [`client:${clientId}`, addressKey] : [addressKey];
-  const admission = options.limiter.admit(keys);
+  const admission = options.limiter.admit(limitsClient ? [`client:${clientId}`, addressKey] : [addressKey]);
   if (!admission.admitted) {
     const retryAfter = admission.retryAfterSeconds;
     throw new OAuthError(
@@ -158,23 +194,10 @@ async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: Token
       "too many failed attempts", // one reason to group by; the log line has retryAfterSeconds
     );
   }
-  let client: Client;
-  try {
-    client = await authenticateClient(clientId, credential, options);
-  } catch (e) {
-    if (e instanceof OAuthError && e.error === "invalid_client") admission.attempt.fail();
-    throw e;
-  } finally {
-    admission.attempt.release(); // a success, or a failure of the store: not a guess that failed
-  }
-  const issued = await options.tokens.issue(client);
-  // The client may have been deleted while its credential was checked (scrypt, a signature) or
-  // its token signed (WebCrypto, on the same thread pool): no token for a client that no longer
-  // exists, even one that would fail at its first use.
-  const now = options.store.clients.get(clientId);
-  if (now === undefined || now.createdAt !== client.createdAt) {
-    throw invalidClient(credential.kind === "secret" ? secretRefusal : assertionRefusal, "client deleted while its credential was checked");
-  }
+  return admission;
+}
+
+function noteFamiliarAddress(clientId: string, sourceAddress: string, options: TokenEndpoint): void {
   try {
     options.familiar.remember(clientId, sourceAddress);
   } catch (e) {
@@ -183,7 +206,6 @@ async function issueToken(req: NodeRequest, options: TokenEndpoint, audit: Token
     if (!isStoreUnavailable(e)) throw e;
     options.log.warn({ err: e, clientId, sourceIp: sourceAddress }, "token issued; its source address could not be noted as the client's");
   }
-  return issued;
 }
 
 type Credential = { kind: "secret"; secret: string } | { kind: "assertion"; assertion: string };
