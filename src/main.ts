@@ -18,6 +18,7 @@ import { PageTokenCodec } from "./pagination/index.js";
 import { Metrics } from "./observability/metrics.js";
 import { metricsInterceptor } from "./observability/metrics-interceptor.js";
 import { metricsRoute } from "./observability/metrics-route.js";
+import { reusedWhenSlow } from "./observability/reused-when-slow.js";
 import { buildOpenApi, openApiRoute } from "./openapi/index.js";
 import { ConnectHandlers } from "./server/connect-handlers.js";
 import { HttpServer } from "./server/http-server.js";
@@ -252,23 +253,5 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       })();
       return closing;
     },
-  };
-}
-
-/**
- * `read`, whose result is reused for `reuseMs` after a read that took longer than `slowMs`.
- * Counting the executions reads the whole queue: during a backlog of 500,000, every scrape of the
- * unauthenticated /metrics held the thread 200-260 ms (ten at once, 1.6 s). A quick read (the
- * usual case) is never reused, so the figures are as fresh as the scrape.
- */
-export function reusedWhenSlow<T>(read: () => T, slowMs = 20, reuseMs = 5_000): () => T {
-  let kept: { value: T; until: number } | undefined;
-  return () => {
-    const started = performance.now();
-    if (kept !== undefined && started < kept.until) return kept.value;
-    const value = read();
-    const took = performance.now() - started;
-    kept = took > slowMs ? { value, until: performance.now() + reuseMs } : undefined;
-    return value;
   };
 }

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { ManualClock } from "../src/clock.js";
-import { reusedWhenSlow } from "../src/main.js";
+import { reusedWhenSlow } from "../src/observability/reused-when-slow.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
 import { requestFactsKey } from "../src/server/request-context.js";
