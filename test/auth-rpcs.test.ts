@@ -1,11 +1,19 @@
+import { randomBytes } from "node:crypto";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { getOption, hasOption, type DescFile, type DescMethod } from "@bufbuild/protobuf";
+import { Code, createClient, createRouterTransport } from "@connectrpc/connect";
 import { SignJWT, decodeJwt, decodeProtectedHeader, generateKeyPair } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { Role, required_role } from "../gen/svc/api/iam/v1/role_pb.js";
+import { AccessTokens } from "../src/auth/access-tokens.js";
+import { authorizationInterceptor } from "../src/auth/authorization-interceptor.js";
+import { RequiredRoles } from "../src/auth/required-roles.js";
 import { ManualClock } from "../src/clock.js";
+import { SecretCipher } from "../src/store/secret-cipher.js";
+import { Store } from "../src/store/store.js";
 import { connectCall } from "./support/auth-helpers.js";
 import { repoRoot } from "./support/spawn-cli.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
@@ -203,5 +211,37 @@ describe("roles", () => {
     const updated = await server.call("POST", `/api/v1/users/${mine?.userId ?? ""}`, { user: { roles: ["ADMIN"] } });
     expect(updated.status).toBe(200);
     expect((await server.call("POST", "/api/v1/apps", { displayName: "x" }, bearer(token))).status).toBe(200);
+  });
+});
+
+describe("an RPC that declares no required role", () => {
+  it("is refused with permission_denied, even to a Super Admin (fail closed)", async () => {
+    const store = Store.open(":memory:");
+    try {
+      const tokens = await AccessTokens.load(store, { baseUrl: "http://accessd.test", ttlMs: 3_600_000, clock, cipher: new SecretCipher(randomBytes(32)) });
+      const client = { id: "c1", createdAt: clock.now() };
+      const { accessToken } = await tokens.issue(client);
+      const interceptor = authorizationInterceptor({
+        tokens,
+        principalOf: () => ({ userId: "u1", roles: [Role.SUPER_ADMIN], clientCreatedAt: client.createdAt }),
+        requiredRoles: new RequiredRoles(), // no method registered: none declares a role
+      });
+      let reached = false;
+      const transport = createRouterTransport(
+        ({ service }) =>
+          service(Apps, {
+            list: () => {
+              reached = true;
+              return { list: [], nextPageToken: "" };
+            },
+          }),
+        { router: { interceptors: [interceptor] } },
+      );
+      const call = createClient(Apps, transport).list({}, { headers: bearer(accessToken) });
+      await expect(call).rejects.toMatchObject({ code: Code.PermissionDenied, rawMessage: "svc.api.app.v1.Apps.List declares no required role and is refused" });
+      expect(reached).toBe(false);
+    } finally {
+      store.close();
+    }
   });
 });

@@ -134,6 +134,32 @@ describe("POST /auth/v1/token with client_secret_post", () => {
     });
   });
 
+  it("issues no token to a client deleted and re-created with the same id and secret while its secret was being checked", async () => {
+    const users = await server.call("POST", "/api/v1/users", { displayName: "re-created", roles: ["READ_ONLY"] });
+    const userId = ((await users.json()) as { user: { id: string } }).user.id;
+    const created = await server.call("POST", "/api/v1/iam/clients", { displayName: "re-created", userId });
+    const client = (await created.json()) as { client: { id: string }; clientSecret: string };
+    const record = server.store.clients.get(client.client.id);
+    expect(record).toBeDefined();
+    const busy = Array.from(
+      { length: 4 },
+      () => new Promise((resolve) => scrypt("x", "y", 32, { N: 2 ** 16, r: 8, maxmem: 2 ** 28 }, resolve)),
+    );
+    const answer = requestToken(server, { grant_type: "client_credentials", client_id: client.client.id, client_secret: client.clientSecret });
+    await new Promise((r) => setTimeout(r, 50));
+    // Another record with the same id (as a restart re-creates the bootstrap client): the check
+    // in flight was against the deleted one.
+    server.store.transaction(() => {
+      expect(server.store.clients.delete(client.client.id)).toBe(true);
+      server.store.clients.insert({ ...record!, createdAt: record!.createdAt + 1 });
+    });
+    await Promise.all(busy);
+    expect(await answer).toMatchObject({
+      status: 401,
+      body: { error: "invalid_client", error_description: "unknown client or wrong client_secret" },
+    });
+  });
+
   it("answers 400 invalid_request to credentials in a Basic Authorization header", async () => {
     const basic = Buffer.from(`${testBootstrapClient.clientId}:${testBootstrapClient.clientSecret}`).toString("base64");
     const answer = await requestToken(server, { grant_type: "client_credentials" }, "form", { authorization: `Basic ${basic}` });

@@ -397,12 +397,21 @@ describe("saving automations", () => {
       'steps[0] ("a").messageCel: syntax error at 1:65: brackets nested more than 32 deep',
     ],
     [
+      "more than 100 steps",
+      Array.from({ length: 101 }, (_, i) => ({ name: `s${i}`, log: { messageCel: "1" } })),
+      "an automation has at most 100 steps, not 101",
+    ],
+    [
       "more than 64 KiB of expressions in all",
       Array.from({ length: 17 }, (_, i) => ({ name: `s${i}`, log: { messageCel: `"${"x".repeat(4_000)}"` } })),
       "the steps' expressions hold 68034 characters in all: at most 65536",
     ],
   ])("answers 400 naming the step for %s", async (_, steps, message) => {
     expect(await save(steps)).toEqual(invalid(message));
+  });
+
+  it("saves an automation of exactly 100 steps", async () => {
+    expect(await save(Array.from({ length: 100 }, (_, i) => ({ name: `s${i}`, log: { messageCel: "1" } })))).toMatchObject({ status: 200 });
   });
 
   it("counts no bracket or quote inside a // comment (a quote there hid 380 open brackets from the check: 2.2 s to refuse)", async () => {

@@ -110,6 +110,16 @@ describe("the cost of an evaluation", () => {
   });
 });
 
+describe("comprehension iterations", () => {
+  it("allow 10,000 in an evaluation (README) and refuse the 10,001st", () => {
+    expect(maxComprehensionIterations).toBe(10_000);
+    expect(json(run("ctx.trigger.l.map(x, x).size()", { l: Array(10_000).fill(0) }))).toBe(10_000);
+    expect(errorOf(run("ctx.trigger.l.map(x, x).size()", { l: Array(10_001).fill(0) }))).toBe(
+      "the expression ran more than 10000 comprehension iterations",
+    );
+  });
+});
+
 describe("list and map literals", () => {
   it("cost what they build, also inside a comprehension (uncharged, a 1,300-element literal built 10,000 times took 0.6 s)", () => {
     const literal = `[${Array(1_300).fill("i").join(", ")}]`;

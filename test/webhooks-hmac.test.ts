@@ -319,6 +319,32 @@ describe("inbound webhooks: IP restriction", () => {
     }
   });
 
+  it("applies a changed CIDR list from the next request on (narrowed: 403; widened again: 200)", async () => {
+    const server = await startTestServer();
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["127.0.0.0/8"] });
+      const body = "{}";
+      const send = () => postWebhook(hook.postUrl, hmacHeaders(hook, body), body);
+      const allow = async (allowedCidrs: string[]) => {
+        const res = await server.call("POST", `/api/v1/automations/${hook.id}`, {
+          automation: { trigger: { webhook: { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs } } },
+          updateMask: "trigger",
+        });
+        expect(res.status).toBe(200);
+      };
+      expect((await send()).status).toBe(200); // the listener's compiled list is cached now
+      await allow(["10.0.0.0/8"]);
+      expect(await send()).toEqual({
+        status: 403,
+        body: { code: "permission_denied", message: "source address 127.0.0.1 is not in the listener's allowed CIDRs" },
+      });
+      await allow(["10.0.0.0/8", "127.0.0.1/32"]);
+      expect((await send()).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("knows an HTTP/2 sender's address as well as an HTTP/1.1 sender's (h2c on the same port)", async () => {
     const server = await startTestServer();
     try {
