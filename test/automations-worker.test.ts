@@ -329,6 +329,21 @@ describe("ExecutionWorker after an unclean stop", () => {
     expect(transaction.mock.calls.length).toBeGreaterThanOrEqual(5); // 4 careful units, then a batch
   });
 
+  it("is careful for 257 units by default: a whole batch of the process that died (256) and the claim before it", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const ids = Array.from({ length: 200 }, (_, i) => enqueue(store, automationId, i));
+    store.settings.put(workerStateSetting, Buffer.from("running")); // as a process that died leaves it
+    const put = vi.spyOn(store.settings, "put");
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0 });
+    worker.start();
+    await worker.whenIdle();
+    await worker.stop();
+    expect(ids.every((id) => store.executions.get(id)?.state === "SUCCEEDED")).toBe(true);
+    const marked = put.mock.calls.filter(([name]) => name === carefulStepSetting).map(([, value]) => (JSON.parse(value.toString()) as { executionId: string }).executionId);
+    // Units alternate claim, step: 257 units are 129 claims and the steps of the first 128.
+    expect(marked).toEqual(ids.slice(0, 128));
+  });
+
   it("ends the execution whose step was running when the process died in two careful starts in a row, and runs the queue behind it", async () => {
     const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
     const poisoned = enqueue(store, automationId, 1);

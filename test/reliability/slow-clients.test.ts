@@ -497,3 +497,20 @@ describe("slow clients", () => {
     }
   });
 });
+
+describe("slow clients under a long request timeout", () => {
+  it("cuts a connection that trickles its request headers after 10 s even when ACCESSD_REQUEST_TIMEOUT is 30 s (slowloris)", async () => {
+    const server = await startTestServer({ requestTimeoutMs: 30_000 });
+    try {
+      const head = `GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ${"x".repeat(100)}\r\n\r\n`;
+      const started = Date.now();
+      const answer = await rawRequest(server.address.port, head.split(""), { gapMs: 200, timeoutMs: 20_000 });
+      const took = Date.now() - started;
+      expect(answer?.status).toBe(408);
+      expect(took).toBeGreaterThanOrEqual(10_000 - 50);
+      expect(took).toBeLessThan(10_000 + slackMs);
+    } finally {
+      await server.close();
+    }
+  }, 30_000);
+});
