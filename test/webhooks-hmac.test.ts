@@ -188,6 +188,16 @@ describe("inbound webhooks: HMAC listeners", () => {
     expect(await executionsOf(server, target.id)).toHaveLength(1);
   });
 
+  it("answers 409 to the same event id spelled in capitals (a UUID's case carries no meaning) and runs once", async () => {
+    const target = await createWebhookAutomation(server, { authMethod: "HMAC" });
+    const eventId = randomUUID();
+    const body = '{"n":1}';
+    expect((await send(body, hmacHeaders(target, body, { eventId }), target)).status).toBe(200);
+    const upper = await send(body, hmacHeaders(target, body, { eventId: eventId.toUpperCase() }), target);
+    expect(upper.status).toBe(409);
+    expect(await executionsOf(server, target.id)).toHaveLength(1);
+  });
+
   it("answers one 200 and nineteen 409 to 20 identical requests at once", async () => {
     const target = await createWebhookAutomation(server, { authMethod: "HMAC" });
     const body = '{"burst":true}';
