@@ -131,6 +131,35 @@ describe("migration 008 (migration 005 finished on databases an early build of i
   });
 });
 
+describe("migration 010 (the HMAC secrets of triggers that are no longer HMAC)", () => {
+  it("drops the secrets an earlier build left behind when a trigger became manual or JWT, and keeps those of HMAC listeners", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
+    try {
+      const path = join(dir, "accessd.db");
+      const before = new BetterSqlite3(path);
+      applyMigrations(before, migrations.filter((m) => m.version < 10));
+      const automation = before.prepare(
+        "INSERT INTO automations (id, display_name, description, trigger, published, trigger_enabled, version, created_at, updated_at) VALUES (?, ?, '', ?, 0, 0, 1, 0, 0)",
+      );
+      automation.run("hmac", "still HMAC", JSON.stringify({ kind: "webhook", listenerId: "l1", authMethod: "HMAC", jwksUrl: "", ipRestrictionEnabled: false, allowedCidrs: [] }));
+      automation.run("manual", "once HMAC, now manual", JSON.stringify({ kind: "manual" }));
+      automation.run("jwt", "once HMAC, now JWT", JSON.stringify({ kind: "webhook", listenerId: "l2", authMethod: "JWT", jwksUrl: "https://k.example/jwks", ipRestrictionEnabled: false, allowedCidrs: [] }));
+      const secret = before.prepare("INSERT INTO webhook_secrets (id, automation_id, sealed, created_at, expires_at) VALUES (?, ?, x'00', 0, NULL)");
+      for (const id of ["hmac", "manual", "jwt"]) secret.run(`s-${id}`, id);
+      before.close();
+
+      const store = Store.open(path);
+      try {
+        expect(store.db.prepare("SELECT automation_id FROM webhook_secrets ORDER BY id").pluck().all()).toEqual(["hmac"]);
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("a database migrated by a newer accessd", () => {
   it("is not opened: the error names the migrations this build does not know, and the file is left as it was", () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));

@@ -7,6 +7,7 @@ import { sealedSigningKeysSchema } from "./006-sealed-signing-keys.js";
 import { usersByEmailNocaseSchema } from "./007-users-by-email-nocase.js";
 import { finishEarly005Schema } from "./008-finish-early-005.js";
 import { clientTokenAddressesSchema } from "./009-client-token-addresses.js";
+import { dropSecretsOfNonHmacTriggersSchema } from "./010-drop-secrets-of-non-hmac-triggers.js";
 import type { Database } from "../database.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
@@ -28,4 +29,5 @@ export const migrations: readonly Migration[] = [
   usersByEmailNocaseSchema,
   finishEarly005Schema,
   clientTokenAddressesSchema,
+  dropSecretsOfNonHmacTriggersSchema,
 ];
