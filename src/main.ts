@@ -174,7 +174,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const rpcs = connect.handlers.map((h) => h.method);
   requiredRoles.register(rpcs);
   if (requiredRoles.undeclared.length > 0) {
-    log.warn({ procedures: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
+    log.warn({ operations: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
   }
   const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes });
   const apiServices = [...new Set(connect.handlers.map((h) => h.service))];

@@ -330,8 +330,8 @@ describe("ExecutionWorker after an unclean stop", () => {
   });
 
   it("is careful for 257 units by default: a whole batch of the process that died (256) and the claim before it", async () => {
-    const { store, automationId } = storeWithAutomation([logStep("a")]);
-    const ids = Array.from({ length: 200 }, (_, i) => enqueue(store, automationId, i));
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b")]);
+    const ids = Array.from({ length: 150 }, (_, i) => enqueue(store, automationId, i));
     store.settings.put(workerStateSetting, Buffer.from("running")); // as a process that died leaves it
     const put = vi.spyOn(store.settings, "put");
     const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0 });
@@ -339,9 +339,11 @@ describe("ExecutionWorker after an unclean stop", () => {
     await worker.whenIdle();
     await worker.stop();
     expect(ids.every((id) => store.executions.get(id)?.state === "SUCCEEDED")).toBe(true);
-    const marked = put.mock.calls.filter(([name]) => name === carefulStepSetting).map(([, value]) => (JSON.parse(value.toString()) as { executionId: string }).executionId);
-    // Units alternate claim, step: 257 units are 129 claims and the steps of the first 128.
-    expect(marked).toEqual(ids.slice(0, 128));
+    const marks = put.mock.calls.filter(([name]) => name === carefulStepSetting).map(([, value]) => JSON.parse(value.toString()) as { executionId: string; position: number });
+    // Units come as claim, step "a", step "b": 257 units are 85 whole executions (255 units),
+    // then the 86th's claim and its step "a" (256 units would end at that claim, 258 include "b").
+    expect(marks).toHaveLength(85 * 2 + 1);
+    expect(marks.at(-1)).toEqual({ executionId: ids[85], position: 0, attempts: 1 });
   });
 
   it("ends the execution whose step was running when the process died in two careful starts in a row, and runs the queue behind it", async () => {

@@ -473,8 +473,18 @@ describe("inbound webhooks: secret rotation", () => {
       const body = "{}";
       expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status).toBe(401);
       expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body, { secret: webhookSecret }), body)).status).toBe(200);
-      const negative = await server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, { gracePeriod: "-1s" });
-      expect(negative.status).toBe(400);
+      const rotate = (gracePeriod: string) => server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, { gracePeriod });
+      // 0s to 30 days inclusive, judged on the Duration: a negative or longer one by less than a
+      // millisecond is outside too.
+      for (const outside of ["-1s", "-0.0006s", "-0.000000001s", "2592000.000000001s", "2592001s"]) {
+        const refused = await rotate(outside);
+        expect({ outside, status: refused.status, body: await refused.json() }).toEqual({
+          outside,
+          status: 400,
+          body: { code: "invalid_argument", message: "gracePeriod must be between 0s and 30 days" },
+        });
+      }
+      for (const inside of ["2592000s", "0.0004s"]) expect((await rotate(inside)).status).toBe(200);
       const missing = await server.call("POST", `/api/v1/automations/${randomUUID()}/webhook/rotate-secret`, {});
       expect(missing.status).toBe(404);
     } finally {

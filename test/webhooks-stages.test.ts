@@ -1,5 +1,6 @@
 import { Readable } from "node:stream";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import type { WebhookTriggerConfig } from "../src/automations/trigger-config.js";
 import { ManualClock } from "../src/clock.js";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
@@ -18,6 +19,7 @@ import { WebhookSecretStore } from "../src/webhooks/secret-store.js";
 import { SourceIpResolver } from "../src/server/source-ip.js";
 import { checkTimestamp } from "../src/webhooks/timestamp-window.js";
 import { validateWebhookTrigger } from "../src/webhooks/trigger-validation.js";
+import { webhookTriggerHooks } from "../src/webhooks/webhook-trigger-hooks.js";
 
 const body = Buffer.from('{"user":"u-1"}');
 
@@ -169,6 +171,24 @@ describe("trigger validation", () => {
     expect(() => validateWebhookTrigger({ ...jwt, jwksUrl: "http://example.com/jwks" }, { jwksAllowHttp: true })).toThrow(/loopback/);
     // A JWT trigger without a JWKS URL never gets here: reading the trigger refuses it
     // (automations-resource.test.ts, "trigger.webhook.jwksUrl is required for JWT listeners").
+  });
+});
+
+describe("webhook trigger hooks", () => {
+  it("touch no secret when a trigger that is not HMAC is saved, and drop them when an HMAC trigger stops being one", () => {
+    const store = Store.open(":memory:");
+    const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(Buffer.alloc(32, 7)), new ManualClock(1_700_000_000_000));
+    const hooks = webhookTriggerHooks({ secrets, deliveries: store.webhooks.deliveries, jwksAllowHttp: false });
+    const hmac: WebhookTriggerConfig = { kind: "webhook", listenerId: "l1", authMethod: "HMAC", jwksUrl: "", ipRestrictionEnabled: false, allowedCidrs: [] };
+    const jwt: WebhookTriggerConfig = { ...hmac, authMethod: "JWT", jwksUrl: "https://keys.example.com/jwks" };
+    const remove = vi.spyOn(secrets, "remove");
+    expect(hooks.saved("a1", { kind: "manual" }, undefined)).toBeUndefined();
+    expect(hooks.saved("a1", jwt, { kind: "manual" })).toBeUndefined();
+    expect(remove).not.toHaveBeenCalled(); // other automations' cached keys stay cached
+    expect(hooks.saved("a1", hmac, jwt)).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(hooks.saved("a1", { kind: "manual" }, hmac)).toBeUndefined();
+    expect(remove).toHaveBeenCalledWith("a1");
+    expect(store.db.prepare("SELECT count(*) FROM webhook_secrets").pluck().get()).toBe(0);
   });
 });
 

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { durationMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   type Automations,
@@ -17,7 +17,20 @@ import type { ServiceContext } from "./service-context.js";
 export type AutomationWebhooksImpl = Pick<ServiceImpl<typeof Automations>, "rotateWebhookSecret" | "listWebhookDeliveries">;
 
 /** A grace period longer than this is refused: a leaked old secret should not live for months. */
-const maxGraceMs = 30 * 86_400_000;
+const maxGraceSeconds = 30n * 86_400n;
+
+/**
+ * A rotation's grace period in milliseconds, from 0s to 30 days inclusive. Judged on the Duration
+ * itself, not on its milliseconds: `-0.0006s` or 30 days and a nanosecond are outside the range
+ * whichever way a conversion would round them.
+ */
+function gracePeriodMs(grace: Duration | undefined): number {
+  if (grace === undefined) return defaultRotationGraceMs;
+  const negative = grace.seconds < 0n || grace.nanos < 0;
+  const beyond = grace.seconds > maxGraceSeconds || (grace.seconds === maxGraceSeconds && grace.nanos > 0);
+  if (negative || beyond) throw invalidArgument("gracePeriod must be between 0s and 30 days");
+  return durationMs(grace);
+}
 
 export function automationWebhooksService(
   { store, pageTokens }: ServiceContext,
@@ -32,10 +45,7 @@ export function automationWebhooksService(
   return {
     rotateWebhookSecret(req) {
       const id = requireField(req.id, "id");
-      const graceMs = req.gracePeriod === undefined ? defaultRotationGraceMs : durationMs(req.gracePeriod);
-      if (graceMs < 0 || graceMs > maxGraceMs) {
-        throw invalidArgument("gracePeriod must be between 0s and 30 days");
-      }
+      const graceMs = gracePeriodMs(req.gracePeriod);
       return store.transaction(() => {
         const trigger = triggerOrThrow(id);
         if (trigger.kind !== "webhook" || trigger.authMethod !== "HMAC") {

@@ -39,7 +39,7 @@ export function writeJsonError(
  * wherever GET does, the same answer without its body (Node leaves the body out).
  */
 export function refuseMethod(res: NodeResponse, method: string | undefined, path: string, allowed: readonly string[]): void {
-  const allow = allowed.includes("GET") && !allowed.includes("HEAD") ? [...allowed, "HEAD"] : allowed;
+  const allow = allowed.includes("HEAD") ? allowed : allowed.flatMap((m) => (m === "GET" ? ["GET", "HEAD"] : [m]));
   writeJsonError(res, Code.Unimplemented, `${method ?? ""} is not allowed on ${path}; use ${allow.join(", ")}`, 405, {
     allow: allow.join(", "),
   });

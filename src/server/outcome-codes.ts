@@ -12,7 +12,9 @@ export const httpStatusOf: (code: Code) => number = codeToHttpStatus;
 
 /** The code a Connect code name (`not_found`) stands for; Unknown for a name that is none. */
 export function codeOfName(name: string): Code {
-  return codeFromString(name) ?? Code.Unknown;
+  // connect-es looks the name up on a plain object: "constructor" would find Object's.
+  const code: unknown = codeFromString(name);
+  return typeof code === "number" ? (code as Code) : Code.Unknown;
 }
 
 /**

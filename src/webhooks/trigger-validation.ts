@@ -1,6 +1,6 @@
 import { isIP } from "node:net";
-import { Code, ConnectError } from "@connectrpc/connect";
 import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
+import { invalidArgument } from "../connect-errors.js";
 import { parseCidr } from "../server/cidr.js";
 
 export interface TriggerValidationOptions {
@@ -26,13 +26,13 @@ function validateJwksUrl(text: string, options: TriggerValidationOptions): void 
   try {
     url = new URL(text);
   } catch {
-    throw invalid(`trigger.webhook.jwksUrl ${JSON.stringify(text)} is not an absolute URL`);
+    throw invalidArgument(`trigger.webhook.jwksUrl ${JSON.stringify(text)} is not an absolute URL`);
   }
-  if (text.length > maxUrlLength) throw invalid(`trigger.webhook.jwksUrl is longer than ${maxUrlLength} characters`);
-  if (url.username !== "" || url.password !== "") throw invalid("trigger.webhook.jwksUrl must not carry credentials");
+  if (text.length > maxUrlLength) throw invalidArgument(`trigger.webhook.jwksUrl is longer than ${maxUrlLength} characters`);
+  if (url.username !== "" || url.password !== "") throw invalidArgument("trigger.webhook.jwksUrl must not carry credentials");
   if (url.protocol === "https:") return;
   if (url.protocol === "http:" && options.jwksAllowHttp && isLoopback(url.hostname)) return;
-  throw invalid(
+  throw invalidArgument(
     options.jwksAllowHttp
       ? "trigger.webhook.jwksUrl must be https (http only on a loopback host)"
       : "trigger.webhook.jwksUrl must be an https URL",
@@ -40,14 +40,14 @@ function validateJwksUrl(text: string, options: TriggerValidationOptions): void 
 }
 
 function validateCidrs(enabled: boolean, cidrs: readonly string[]): void {
-  if (cidrs.length > maxCidrs) throw invalid(`trigger.webhook.allowedCidrs holds more than ${maxCidrs} ranges`);
+  if (cidrs.length > maxCidrs) throw invalidArgument(`trigger.webhook.allowedCidrs holds more than ${maxCidrs} ranges`);
   cidrs.forEach((cidr, i) => {
     if (parseCidr(cidr) === undefined) {
-      throw invalid(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} is not a CIDR such as 203.0.113.0/24`);
+      throw invalidArgument(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} is not a CIDR such as 203.0.113.0/24`);
     }
   });
   if (enabled && cidrs.length === 0) {
-    throw invalid("trigger.webhook.allowedCidrs must name at least one range when ipRestrictionEnabled is true");
+    throw invalidArgument("trigger.webhook.allowedCidrs must name at least one range when ipRestrictionEnabled is true");
   }
 }
 
@@ -56,8 +56,4 @@ function isLoopback(hostname: string): boolean {
   if (host === "localhost") return true;
   if (isIP(host) === 4) return host.startsWith("127.");
   return host === "::1";
-}
-
-function invalid(message: string): ConnectError {
-  return new ConnectError(message, Code.InvalidArgument);
 }

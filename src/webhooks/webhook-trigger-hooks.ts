@@ -21,11 +21,13 @@ export function webhookTriggerHooks({ secrets, deliveries, jwksAllowHttp }: Webh
     },
 
     saved(automationId: string, trigger: TriggerConfig, previous: TriggerConfig | undefined): string | undefined {
+      const wasHmac = previous?.kind === "webhook" && previous.authMethod === "HMAC";
       if (trigger.kind !== "webhook" || trigger.authMethod !== "HMAC") {
-        secrets.remove(automationId);
+        // Only an HMAC trigger has secrets (migration 010 dropped those earlier builds kept):
+        // other saves touch neither the store nor the secrets' cache.
+        if (wasHmac) secrets.remove(automationId);
         return undefined;
       }
-      const wasHmac = previous?.kind === "webhook" && previous.authMethod === "HMAC";
       if (wasHmac && secrets.hasCurrent(automationId)) return undefined;
       return secrets.replace(automationId);
     },
