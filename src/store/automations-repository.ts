@@ -31,6 +31,13 @@ interface AutomationRow {
   steps: string;
 }
 
+/**
+ * The trigger and steps columns hold what this repository wrote: JSON.stringify of a
+ * TriggerConfig and of StepDefinition[] that the API validated before saving. So they are read
+ * back as those types without checking each field again; a change to either shape needs a
+ * migration that rewrites the stored ones. Values a later release limits (an expression saved
+ * before the depth limit) still read back: the worker compiles what it runs and fails the step.
+ */
 const toAutomation = (row: AutomationRow): Automation => ({
   id: row.id,
   displayName: row.display_name,
