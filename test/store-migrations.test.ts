@@ -8,12 +8,20 @@ import { deliveryLogByAutomation, finishedOnlyStateIndexes } from "../src/store/
 import { migrations } from "../src/store/migrations/index.js";
 import { Store } from "../src/store/store.js";
 
+/** Runs `test` on a new database file, whose folder is removed afterwards. */
+async function withDatabaseFile(test: (path: string) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
+  try {
+    await test(join(dir, "accessd.db"));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** Upgrades keep what a database already holds. */
 describe("migration 005 (finished-only state indexes, delivery log by automation, event records in arrival order)", () => {
   it("keeps the executions, deliveries and event records of a database made before it", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
-    try {
-      const path = join(dir, "accessd.db");
+    await withDatabaseFile(async (path) => {
       const before = new BetterSqlite3(path);
       applyMigrations(before, migrations.filter((m) => m.version < 5));
       before
@@ -51,9 +59,7 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
       } finally {
         await store.close();
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
 
@@ -73,9 +79,7 @@ describe("migration 008 (migration 005 finished on databases an early build of i
     ["6cd089c", "a start of the current build stopped after 006 and 007"],
     ["aa18e2b", "never opened by a later build"],
   ])("opens a database migrated by %s's 005 (%s), with its deliveries and event records", async (build, history) => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
-    try {
-      const path = join(dir, "accessd.db");
+    await withDatabaseFile(async (path) => {
       const before = new BetterSqlite3(path);
       applyMigrations(before, [...migrations.filter((m) => m.version < 5), { version: 5, name: "early 005", sql: early005[build] ?? "" }]);
       const logDelivery = before.prepare(
@@ -105,15 +109,11 @@ describe("migration 008 (migration 005 finished on databases an early build of i
       } finally {
         await store.close();
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it("changes nothing on a database the final 005 migrated", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
-    try {
-      const path = join(dir, "accessd.db");
+    await withDatabaseFile(async (path) => {
       const before = new BetterSqlite3(path);
       applyMigrations(before, migrations.filter((m) => m.version !== 8)); // the later ones too, for the comparison
       const schemaOf = (db: BetterSqlite3.Database) => db.prepare("SELECT type, name, sql FROM sqlite_schema WHERE name != 'schema_migrations' ORDER BY name").all();
@@ -125,17 +125,13 @@ describe("migration 008 (migration 005 finished on databases an early build of i
       } finally {
         await store.close();
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
 
 describe("migration 010 (the HMAC secrets of triggers that are no longer HMAC)", () => {
   it("drops the secrets an earlier build left behind when a trigger became manual or JWT, and keeps those of HMAC listeners", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
-    try {
-      const path = join(dir, "accessd.db");
+    await withDatabaseFile(async (path) => {
       const before = new BetterSqlite3(path);
       applyMigrations(before, migrations.filter((m) => m.version < 10));
       const automation = before.prepare(
@@ -154,17 +150,13 @@ describe("migration 010 (the HMAC secrets of triggers that are no longer HMAC)",
       } finally {
         await store.close();
       }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
 
 describe("a database migrated by a newer accessd", () => {
-  it("is not opened: the error names the migrations this build does not know, and the file is left as it was", () => {
-    const dir = mkdtempSync(join(tmpdir(), "accessd-migration-"));
-    try {
-      const path = join(dir, "accessd.db");
+  it("is not opened: the error names the migrations this build does not know, and the file is left as it was", async () => {
+    await withDatabaseFile(async (path) => {
       const newer = new BetterSqlite3(path);
       const next = Math.max(...migrations.map((m) => m.version)) + 1;
       applyMigrations(newer, [...migrations, { version: next, name: "from the future", sql: "CREATE TABLE future (id TEXT)" }]);
@@ -177,8 +169,6 @@ describe("a database migrated by a newer accessd", () => {
       const after = new BetterSqlite3(path, { readonly: true });
       expect(after.prepare("SELECT max(version) FROM schema_migrations").pluck().get()).toBe(next);
       after.close();
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
