@@ -112,14 +112,14 @@ async function accessdPerWebhook() {
     store,
     new GroupCommit(store, { minIntervalMs: 0 }), // the groups are formed here, not by time
     (request) => enqueueExecution(store, systemClock.now(), request),
-    (execution) => runner.committed(execution),
+    (execution, triggerBytes) => runner.committed(execution, triggerBytes),
   );
   const trigger = { user: "u-1", action: "grant", entitlement: "e-1" };
   const acceptOne = () => {
     const eventId = randomUUID();
     const receivedAt = systemClock.now();
     const facts = { automationId, eventId, sourceIp: "127.0.0.1", sizeBytes: 51, receivedAt, bodyConsumed: true };
-    return acceptance.accept({ listenerId, automationId, eventId, trigger, receivedAt }, (executionId) =>
+    return acceptance.accept({ listenerId, automationId, eventId, trigger, bodyBytes: 51, receivedAt }, (executionId) =>
       deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
     );
   };

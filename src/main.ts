@@ -126,7 +126,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       writes: () => store.automations.listenerWrites(),
     },
     enqueueExecution: (request) => enqueueExecution(store, clock.now(), request),
-    handOffExecution: (execution) => worker.handOff(execution),
+    handOffExecution: (execution, triggerBytes) => worker.handOff(execution, triggerBytes),
     onVerdict: (reason, status) => metrics.recordWebhookVerdict(reason, status),
   });
   const automations = { worker, programs, webhookHooks: webhooks.hooks, baseUrl: config.baseUrl };

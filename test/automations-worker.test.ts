@@ -88,7 +88,7 @@ describe("ExecutionRunner", () => {
     const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
     const handedOver = () => {
       const execution = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 1 } }));
-      runner.committed(execution);
+      runner.committed(execution, 8);
       return execution.id;
     };
     expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(0); // read: the queue is empty
@@ -109,6 +109,52 @@ describe("ExecutionRunner", () => {
     expect(store.executions.get(unannounced)?.state).toBe("SUCCEEDED");
   });
 
+  it("runs a backlog of more than 4,096 executions handed over from memory, without reading the store back", () => {
+    // At full webhook load the worker falls thousands behind; reading them back was 4-5% of the thread.
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(0); // read: the queue is empty
+    const reads = vi.spyOn(store.executions, "oldestUnfinished");
+
+    const executions = store.transaction(() =>
+      Array.from({ length: 5_000 }, (_, n) => enqueueExecution(store, Date.now(), { automationId, trigger: { n } })),
+    );
+    for (const execution of executions) runner.committed(execution, 8);
+    let units = 0;
+    for (let ran = -1; ran !== 0; units += ran) ran = runner.runBatch({ maxUnits: 1_000, maxMs: 60_000 }, () => false);
+
+    expect(units).toBe(10_000); // a claim and a step each
+    expect(reads).not.toHaveBeenCalled();
+    expect(store.executions.countByState().SUCCEEDED).toBe(5_000);
+  });
+
+  it("leaves in the store what is handed over past 16 MiB of triggers held, and reads it from there", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(0);
+    const reads = vi.spyOn(store.executions, "oldestUnfinished");
+
+    const mib = 1024 * 1024;
+    const ids = [7 * mib, 7 * mib, 7 * mib].map((bytes, n) => {
+      const execution = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } }));
+      runner.committed(execution, bytes); // the third would hold 21 MiB: left to the store
+      return execution.id;
+    });
+    expect(runner.runBatch({ maxUnits: 4, maxMs: 1_000 }, () => false)).toBe(4); // the two held ones
+    expect(reads).not.toHaveBeenCalled();
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
+    expect(reads).toHaveBeenCalled();
+    expect(ids.map((id) => store.executions.get(id)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]);
+
+    // Claimed, they hold nothing: the next one handed over is held again.
+    reads.mockClear();
+    const held = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n: 4 } }));
+    runner.committed(held, 15 * mib);
+    expect(runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false)).toBe(2);
+    expect(reads).not.toHaveBeenCalled();
+    expect(store.executions.get(held.id)?.state).toBe("SUCCEEDED");
+  });
+
   it("runs an execution handed over whose id sorts before one it read (created after a restart under a clock set back)", () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
     const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
@@ -119,7 +165,7 @@ describe("ExecutionRunner", () => {
 
     const handOver = (n: number) => {
       const execution = store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { n } }));
-      runner.committed(execution);
+      runner.committed(execution, 8);
       return execution.id;
     };
     const behind = handOver(2);

@@ -38,8 +38,15 @@ interface InProgress {
 
 /** How many of the oldest unfinished executions a batch reads at once (see ExecutionRunner.upcoming). */
 const claimReadAhead = 32;
-/** Most executions held in memory; past them, a backlog stays in the store until read. */
-const maxHandedOver = 4096;
+/**
+ * Most executions handed over and held in memory to be claimed, and most bytes of their triggers
+ * as received (a parsed JSON body takes a few times its bytes); past either, a backlog stays in
+ * the store until read, `claimReadAhead` at a time. At full webhook load the worker falls
+ * thousands of executions behind the acceptances (it catches up once the load eases): with 4,096
+ * at most, reading the rest back was 4-5% of the request thread's time (bench/README.md).
+ */
+const maxHandedOver = 32_768;
+const maxHandedOverBytes = 16 * 1024 * 1024;
 
 interface LogLine {
   fields: Record<string, unknown>;
@@ -70,6 +77,10 @@ export class ExecutionRunner {
   private upcoming: Execution[] = [];
   /** The index of the next one to claim in `upcoming` (a queue without shift()'s copying). */
   private nextUpcoming = 0;
+  /** The trigger bytes of each execution in `upcoming` that was handed over (0 for those read from the store). */
+  private upcomingBytes: number[] = [];
+  /** The sum of `upcomingBytes` from `nextUpcoming` on: what the handed-over executions not yet claimed hold. */
+  private heldBytes = 0;
   /**
    * True while `upcoming` holds every unfinished execution not yet claimed: the last read of the
    * store found fewer than it asked for, and every execution committed since was handed over.
@@ -86,8 +97,11 @@ export class ExecutionRunner {
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
 
-  /** A new execution, committed: queued in memory when the runner knows the whole queue (else the next read finds it). */
-  committed(execution: Execution): void {
+  /**
+   * A new execution, committed: queued in memory when the runner knows the whole queue (else the
+   * next read finds it). `triggerBytes`: the size of its trigger as received (the webhook body).
+   */
+  committed(execution: Execution, triggerBytes: number): void {
     if (!this.upcomingIsWholeQueue) return;
     if (execution.id <= this.newestSeenId) {
       // Ids grow with time within a process, but one created after a restart under a clock set
@@ -95,18 +109,19 @@ export class ExecutionRunner {
       this.upcomingIsWholeQueue = false;
       return;
     }
-    if (this.upcoming.length - this.nextUpcoming >= maxHandedOver) {
+    if (this.upcoming.length - this.nextUpcoming >= maxHandedOver || this.heldBytes + triggerBytes > maxHandedOverBytes) {
       this.upcomingIsWholeQueue = false; // a backlog: the store holds it, and is read once `upcoming` is done
       return;
     }
     this.upcoming.push(execution);
+    this.upcomingBytes.push(triggerBytes);
+    this.heldBytes += triggerBytes;
     this.newestSeenId = execution.id;
   }
 
   /** The store may hold unfinished executions the runner was not handed: read it before the next claim. */
   rereadQueue(): void {
-    this.upcoming = [];
-    this.nextUpcoming = 0;
+    this.forgetUpcoming();
     this.upcomingIsWholeQueue = false;
   }
 
@@ -165,9 +180,7 @@ export class ExecutionRunner {
       const culprit = this.inHand;
       this.inHand = undefined;
       this.current = undefined;
-      this.upcoming = [];
-      this.nextUpcoming = 0;
-      this.upcomingIsWholeQueue = false;
+      this.rereadQueue();
       if (culprit === undefined || !isFaultOfTheExecution(e)) throw e; // the store failing: the worker tries again later
       this.failOnInternalError(culprit, e);
       return units;
@@ -203,13 +216,21 @@ export class ExecutionRunner {
     this.rereadQueue();
   }
 
+  /** Empties `upcoming` (whether it is the whole queue is the caller's to say). */
+  private forgetUpcoming(): void {
+    this.upcoming = [];
+    this.upcomingBytes = [];
+    this.nextUpcoming = 0;
+    this.heldBytes = 0;
+  }
+
   /** The oldest unfinished execution not claimed yet, read from the store when `upcoming` is used up. */
   private oldestUnclaimed(): Execution | undefined {
     if (this.nextUpcoming === this.upcoming.length) {
-      this.upcoming = [];
-      this.nextUpcoming = 0;
+      this.forgetUpcoming();
       if (!this.upcomingIsWholeQueue) {
         this.upcoming = this.options.store.executions.oldestUnfinished(claimReadAhead);
+        this.upcomingBytes = this.upcoming.map(() => 0);
         this.upcomingIsWholeQueue = this.upcoming.length < claimReadAhead;
         // What `upcoming` now holds, not the newest ever seen: an execution dated ahead (made
         // before a restart under a clock set back since) stops holding later handovers off once run.
@@ -223,11 +244,15 @@ export class ExecutionRunner {
   private claim(lines: LogLine[]): InProgress | "finished" | undefined {
     const { store, clock } = this.options;
     const execution = this.oldestUnclaimed();
-    if (execution !== undefined) this.nextUpcoming++;
+    if (execution !== undefined) {
+      this.heldBytes -= this.upcomingBytes[this.nextUpcoming] ?? 0;
+      this.nextUpcoming++;
+    }
     this.inHand = execution;
     if (this.nextUpcoming >= 1024) {
       // Under steady load the queue may never run empty: drop what was claimed.
       this.upcoming = this.upcoming.slice(this.nextUpcoming);
+      this.upcomingBytes = this.upcomingBytes.slice(this.nextUpcoming);
       this.nextUpcoming = 0;
     }
     if (execution === undefined) return undefined;

@@ -95,10 +95,11 @@ export class ExecutionWorker {
   /**
    * A new execution, just committed by this process (call after the commit, before the event loop
    * turns): the worker runs it without reading it back from the store when it already knows the
-   * rest of the queue, and wakes.
+   * rest of the queue, and wakes. `triggerBytes`: the size of its trigger as received (what
+   * holding it in memory costs, roughly).
    */
-  handOff(execution: Execution): void {
-    this.runner.committed(execution);
+  handOff(execution: Execution, triggerBytes: number): void {
+    this.runner.committed(execution, triggerBytes);
     this.wake?.();
   }
 

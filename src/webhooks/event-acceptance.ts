@@ -20,6 +20,8 @@ export interface EventToAccept {
   automationId: string;
   eventId: string;
   trigger: JsonValue;
+  /** The size of the body `trigger` was parsed from. */
+  bodyBytes: number;
   receivedAt: number;
 }
 
@@ -36,8 +38,8 @@ export class EventAcceptance {
     private readonly store: Store,
     private readonly commits: GroupCommit,
     private readonly enqueue: EnqueueExecution,
-    /** Hands the worker the new execution, after the commit. */
-    private readonly handOff: (execution: Execution) => void,
+    /** Hands the worker the new execution, after the commit, with the size of its trigger as received. */
+    private readonly handOff: (execution: Execution, triggerBytes: number) => void,
   ) {}
 
   /**
@@ -67,7 +69,7 @@ export class EventAcceptance {
     if (accepted === undefined) {
       return new Rejection(409, "duplicate_event", "this Webhook-Event-Id was already accepted by this listener");
     }
-    this.handOff(accepted);
+    this.handOff(accepted, event.bodyBytes);
     return { executionId: accepted.id };
   }
 }

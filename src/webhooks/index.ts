@@ -37,8 +37,8 @@ export interface WebhooksOptions {
   listeners: ListenerDirectory;
   /** Creates a PENDING execution inside the caller's transaction (the automations queue). */
   enqueueExecution: EnqueueExecution;
-  /** Hands a committed execution to the worker (and wakes it). */
-  handOffExecution: (execution: Execution) => void;
+  /** Hands a committed execution to the worker (and wakes it), with the size of the body it was made from. */
+  handOffExecution: (execution: Execution, triggerBytes: number) => void;
   /** Told every request's verdict reason and status (the /metrics counter). */
   onVerdict?: VerdictObserver;
 }

@@ -147,6 +147,7 @@ export class WebhookPipeline {
         automationId: target.automationId,
         eventId,
         trigger,
+        bodyBytes: read.body.length,
         receivedAt: facts.receivedAt,
       },
       (executionId) => deps.deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
