@@ -115,11 +115,12 @@ async function accessdPerWebhook() {
     (execution, triggerBytes) => runner.committed(execution, triggerBytes),
   );
   const trigger = { user: "u-1", action: "grant", entitlement: "e-1" };
+  const bodyBytes = Buffer.byteLength(JSON.stringify(trigger));
   const acceptOne = () => {
     const eventId = randomUUID();
     const receivedAt = systemClock.now();
-    const facts = { automationId, eventId, sourceIp: "127.0.0.1", sizeBytes: 51, receivedAt, bodyConsumed: true };
-    return acceptance.accept({ listenerId, automationId, eventId, trigger, bodyBytes: 51, receivedAt }, (executionId) =>
+    const facts = { automationId, eventId, sourceIp: "127.0.0.1", sizeBytes: bodyBytes, receivedAt, bodyConsumed: true };
+    return acceptance.accept({ listenerId, automationId, eventId, trigger, bodyBytes, receivedAt }, (executionId) =>
       deliveries.record(facts, { status: 200, reason: "accepted", executionId }),
     );
   };
