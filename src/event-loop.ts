@@ -6,3 +6,40 @@
 export function yieldToRequests(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
+
+/**
+ * Holds background work done in pieces (housekeeping's deletes) to a share of the one JavaScript
+ * thread while it runs, whatever the load: each piece is timed, and the time it took, scaled by
+ * (1 - share) / share, is owed back as sleep. Small debts are only a turn of the event loop
+ * (`yieldToRequests`) until they add up to `minSleepMs`, so pieces far shorter than a timer's
+ * millisecond still pause for their share. A turn alone between pieces is not enough under load:
+ * the work then takes a piece of every turn, as much of the thread as all the requests of the
+ * turn together, and requests queue behind it.
+ */
+export class ThreadShare {
+  private owedMs = 0;
+
+  constructor(
+    /** The most of the thread's time the work may take, between 0 (exclusive) and 1. */
+    private readonly share: number,
+    private readonly minSleepMs = 5,
+  ) {
+    if (!(share > 0 && share <= 1)) throw new RangeError(`a thread share is in (0, 1], not ${share}`);
+  }
+
+  /** Runs one piece now, then rests for its share before resolving with what it returned. */
+  async piece<T>(work: () => T): Promise<T> {
+    const started = performance.now();
+    const value = work();
+    this.owedMs += ((performance.now() - started) * (1 - this.share)) / this.share;
+    if (this.owedMs < this.minSleepMs) {
+      await yieldToRequests();
+    } else {
+      const owed = this.owedMs;
+      this.owedMs = 0;
+      // Unref'd: a resting background job never keeps the process alive.
+      await new Promise<void>((resolve) => setTimeout(resolve, owed).unref());
+    }
+    return value;
+  }
+}

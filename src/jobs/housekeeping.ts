@@ -1,7 +1,7 @@
 import { familiarForMs } from "../auth/familiar-addresses.js";
 import cron from "node-cron";
 import type { Clock } from "../clock.js";
-import { yieldToRequests } from "../event-loop.js";
+import { ThreadShare } from "../event-loop.js";
 import type { Logger } from "../logger.js";
 import type { Store } from "../store/store.js";
 
@@ -54,12 +54,25 @@ export const housekeepingChunkRows = 250;
 export const executionChunkRows = 64;
 
 /**
+ * The most of the JavaScript thread a pass takes while it runs (ThreadShare). Ten minutes of
+ * webhooks leave up to millions of delivery-log entries to trim: 1,000,000 took 1.6 s of the
+ * thread in 4,000 chunks on the development VM. With only a turn of the event loop between chunks,
+ * a pass that began during load at 6,800 webhooks/s (half the maximum) took a chunk of every
+ * turn; the server fell behind and the two 5 s phases that met it had a p99 of 43-45 ms (the
+ * slowest answers 300-380 ms) against 5-11 ms in the phases around them (bench/README.md). At a
+ * tenth, the same pass takes about 16 s: still some 60,000 entries a second, several times what
+ * the server can accept.
+ */
+export const housekeepingThreadShare = 0.1;
+
+/**
  * Deletes webhook event records older than the retention (spec 8: 7 days), trims the delivery
  * log, deletes finished executions past their own retention and drops rotated-out secrets past
  * their grace period. Runs once at start, then on schedule. Deletes go in chunks of
- * `housekeepingChunkRows` (executions: `executionChunkRows`), each its own transaction, with a
- * turn of the event loop between them: a busy listener's ten minutes of deliveries are millions
- * of rows, and one transaction over them would stop every request for seconds.
+ * `housekeepingChunkRows` (executions: `executionChunkRows`), each its own transaction, resting
+ * between them so that a pass takes at most `housekeepingThreadShare` of the thread: a busy
+ * listener's ten minutes of deliveries are millions of rows, and one transaction over them would
+ * stop every request for seconds.
  */
 export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
   const { store, clock, log, eventRetentionMs, executionRetentionMs } = options;
@@ -68,16 +81,20 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
 
   /**
    * Runs `deleteChunk` (in a transaction of its own, unless it is one statement that is its own)
-   * until it deletes fewer than `chunkRows`, with a turn of the event loop after each (also the
-   * last: with 50,000 automations, each one's few rows in its own transactions back to back held
-   * the thread 3 s a pass); returns the total.
+   * until it deletes fewer than `chunkRows`, resting after each for the pass's thread share (also
+   * after the last: with 50,000 automations, each one's few rows in its own transactions back to
+   * back held the thread 3 s a pass); returns the total.
    */
-  const inChunks = async (deleteChunk: () => number, chunkRows = housekeepingChunkRows, inTransaction = true): Promise<number> => {
+  const inChunks = async (
+    share: ThreadShare,
+    deleteChunk: () => number,
+    chunkRows = housekeepingChunkRows,
+    inTransaction = true,
+  ): Promise<number> => {
     let total = 0;
     while (!stopped) {
-      const deleted = inTransaction ? store.transaction(deleteChunk) : deleteChunk();
+      const deleted = await share.piece(() => (inTransaction ? store.transaction(deleteChunk) : deleteChunk()));
       total += deleted;
-      await yieldToRequests();
       if (deleted < chunkRows) break;
     }
     return total;
@@ -97,18 +114,19 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
     const cutoff = now - eventRetentionMs;
     const { events, deliveries, secrets } = store.webhooks;
     const result: HousekeepingResult = { events: 0, deliveries: 0, executions: 0, secrets: 0, tokenAddresses: 0 };
-    result.events = await inChunks(() => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
+    const share = new ThreadShare(housekeepingThreadShare);
+    result.events = await inChunks(share, () => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
     // The delivery log is kept by automation (its primary key), so it is pruned automation by automation.
     for (const automationId of stopped ? [] : deliveries.automationIds()) {
-      result.deliveries += await inChunks(() => deliveries.deleteLoggedBefore(automationId, cutoff, housekeepingChunkRows));
-      result.deliveries += await inChunks(() => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
+      result.deliveries += await inChunks(share, () => deliveries.deleteLoggedBefore(automationId, cutoff, housekeepingChunkRows));
+      result.deliveries += await inChunks(share, () => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
     }
     if (executionRetentionMs !== undefined) {
       // One DELETE statement a chunk, its own transaction, so the executions' counts for /metrics
       // are corrected knowing it committed (ExecutionsRepository.deleteFinishedBefore).
       const before = now - executionRetentionMs;
       const deleteChunk = () => store.executions.deleteFinishedBefore(before, executionChunkRows);
-      result.executions = await inChunks(deleteChunk, executionChunkRows, false);
+      result.executions = await inChunks(share, deleteChunk, executionChunkRows, false);
       // History that the API no longer shows: said where an operator reads (the first pass after
       // an upgrade from a build that kept every execution may delete months of it).
       if (result.executions > 0) {

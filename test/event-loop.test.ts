@@ -1,0 +1,46 @@
+import { describe, expect, it } from "vitest";
+import { ThreadShare } from "../src/event-loop.js";
+
+/** Keeps the thread busy for `ms`, as a chunk of deletes would. */
+function busyFor(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+describe("ThreadShare", () => {
+  it("rests after each piece so the pieces take at most their share of the elapsed time", async () => {
+    const share = new ThreadShare(0.25);
+    const started = performance.now();
+    for (let i = 0; i < 10; i++) await share.piece(() => busyFor(2));
+    // 20 ms of work at a quarter of the thread: at least 80 ms in all (a turn alone would be ~20).
+    expect(performance.now() - started).toBeGreaterThanOrEqual(0.95 * 80);
+  });
+
+  it("owes the rest of pieces shorter than a timer's millisecond until it adds up, and returns each piece's value", async () => {
+    const share = new ThreadShare(0.5, 5);
+    const values: number[] = [];
+    const started = performance.now();
+    for (let i = 0; i < 20; i++) values.push(await share.piece(() => (busyFor(0.5), i)));
+    expect(values).toEqual([...Array(20).keys()]);
+    // 10 ms of work at half the thread: about 10 ms of rest, taken in sleeps of 5 ms or more.
+    expect(performance.now() - started).toBeGreaterThanOrEqual(0.95 * 20);
+  });
+
+  it("lets requests in between pieces that owe less than a sleep (a turn of the event loop)", async () => {
+    const share = new ThreadShare(0.9, 1_000);
+    let turns = 0;
+    const tick = (): void => {
+      turns++;
+    };
+    for (let i = 0; i < 3; i++) {
+      setImmediate(tick);
+      await share.piece(() => undefined);
+    }
+    expect(turns).toBe(3);
+  });
+
+  it("refuses a share outside (0, 1]", () => {
+    for (const bad of [0, -0.1, 1.5, Number.NaN]) expect(() => new ThreadShare(bad)).toThrow(RangeError);
+    expect(() => new ThreadShare(1)).not.toThrow();
+  });
+});
