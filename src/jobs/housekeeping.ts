@@ -57,11 +57,11 @@ export const executionChunkRows = 64;
  * The most of the JavaScript thread a pass takes while it runs (ThreadShare). Ten minutes of
  * webhooks leave up to millions of delivery-log entries to trim: 1,000,000 took 1.6 s of the
  * thread in 4,000 chunks on the development VM. With only a turn of the event loop between chunks,
- * a pass that began during load at 6,800 webhooks/s (half the maximum) took a chunk of every
- * turn; the server fell behind and the two 5 s phases that met it had a p99 of 43-45 ms (the
- * slowest answers 300-380 ms) against 5-11 ms in the phases around them (bench/README.md). At a
- * tenth, the same pass takes about 16 s: still some 60,000 entries a second, several times what
- * the server can accept.
+ * a pass that began during load at 6,800 webhooks/s (half the maximum) took a chunk of every turn
+ * and the server fell behind: the 5 s phases that met a pass had a p99 of 19-199 ms (the slowest
+ * answers 200-630 ms) against 4-11 ms in the phases around them; at a tenth, 5-12 ms, like the
+ * rest (bench/README.md, 2026-11-27). At a tenth the 1,000,000 entries take about 16 s: still some
+ * 60,000 a second, several times what the server can accept.
  */
 export const housekeepingThreadShare = 0.1;
 
