@@ -5,7 +5,7 @@ import { ManualClock } from "../src/clock.js";
 import { ConfigError, loadConfig } from "../src/config.js";
 import { createLogger } from "../src/logger.js";
 import { v7 as uuidv7 } from "uuid";
-import { housekeepingChunkRows, housekeepingThreadShare, startHousekeeping } from "../src/jobs/housekeeping.js";
+import { type Housekeeping, housekeepingChunkRows, housekeepingThreadShare, startHousekeeping } from "../src/jobs/housekeeping.js";
 import { isStoreUnavailable, StoredDataUnreadableError } from "../src/store/store-errors.js";
 import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
@@ -287,11 +287,20 @@ async function turnsDuring<T>(work: () => Promise<T>): Promise<{ result: T; turn
   return { result, turns };
 }
 
+const day = 86_400_000;
+
+/** An in-memory store and a housekeeping job on it at day 10, retention one day, its first pass done. */
+async function housekeepingOnDayTen(options: { deliveriesPerAutomation?: number } = {}): Promise<{ store: Store; job: Housekeeping }> {
+  const store = Store.open(":memory:");
+  const job = startHousekeeping({ store, clock: new ManualClock(10 * day), log: createLogger("silent"), eventRetentionMs: day, ...options });
+  await job.firstPass;
+  return { store, job };
+}
+
 describe("housekeeping job", () => {
   it("deletes event records older than the retention and keeps newer ones", async () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(10 * 86_400_000);
-    const day = 86_400_000;
     const events = store.webhooks.events;
     events.insertIfNew({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
     events.insertIfNew({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
@@ -333,7 +342,6 @@ describe("housekeeping job", () => {
 
   it("deletes delivery-log entries logged before the retention, by the time in their UUIDv7 id", async () => {
     const store = Store.open(":memory:");
-    const day = 86_400_000;
     const clock = new ManualClock(1_700_000_000_000);
     const cutoff = clock.now() - day;
     const log = (msecs: number, eventId: string) => logAccepted(store, "a", msecs, 0, eventId);
@@ -349,11 +357,7 @@ describe("housekeeping job", () => {
   });
 
   it("deletes in chunks of its own transaction, letting requests run in between", async () => {
-    const store = Store.open(":memory:");
-    const day = 86_400_000;
-    const clock = new ManualClock(10 * day);
-    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day, deliveriesPerAutomation: 10 });
-    await job.firstPass;
+    const { store, job } = await housekeepingOnDayTen({ deliveriesPerAutomation: 10 });
     const old = 2.5 * housekeepingChunkRows;
     store.transaction(() => {
       for (let i = 0; i < old; i++) {
@@ -372,11 +376,7 @@ describe("housekeeping job", () => {
   });
 
   it("takes at most about its share of the thread while a long pass runs, resting between chunks", async () => {
-    const store = Store.open(":memory:");
-    const day = 86_400_000;
-    const clock = new ManualClock(10 * day);
-    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day, deliveriesPerAutomation: 10 });
-    await job.firstPass;
+    const { store, job } = await housekeepingOnDayTen({ deliveriesPerAutomation: 10 });
     const entries = 100 * housekeepingChunkRows;
     store.transaction(() => {
       for (let i = 0; i < entries; i++) logAccepted(store, "a", 10 * day, i);
@@ -394,11 +394,7 @@ describe("housekeeping job", () => {
   });
 
   it("turns the event loop between automations with a few entries each (50,000 automations held the thread 3 s a pass)", async () => {
-    const store = Store.open(":memory:");
-    const day = 86_400_000;
-    const clock = new ManualClock(10 * day);
-    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day });
-    await job.firstPass;
+    const { store, job } = await housekeepingOnDayTen();
     store.transaction(() => {
       for (let a = 0; a < 200; a++) logAccepted(store, `a${a}`, 10 * day, a);
     });
