@@ -1,3 +1,5 @@
+import { setTimeout as sleep } from "node:timers/promises";
+
 /**
  * Resolves after a turn of the event loop, once the I/O waiting meanwhile has been served: long
  * work on the one JavaScript thread (housekeeping deletes, a search reading many rows) awaits it
@@ -37,8 +39,7 @@ export class ThreadShare {
     } else {
       const owed = this.owedMs;
       this.owedMs = 0;
-      // Unref'd: a resting background job never keeps the process alive.
-      await new Promise<void>((resolve) => setTimeout(resolve, owed).unref());
+      await sleep(owed, undefined, { ref: false }); // a resting background job never keeps the process alive
     }
     return value;
   }

@@ -78,19 +78,16 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
   const { store, clock, log, eventRetentionMs, executionRetentionMs } = options;
   const perAutomation = options.deliveriesPerAutomation ?? defaultDeliveriesPerAutomation;
   let stopped = false;
+  /** Shared by the passes, which run one at a time (runOnce). */
+  const share = new ThreadShare(housekeepingThreadShare);
 
   /**
    * Runs `deleteChunk` (in a transaction of its own, unless it is one statement that is its own)
-   * until it deletes fewer than `chunkRows`, resting after each for the pass's thread share (also
+   * until it deletes fewer than `chunkRows`, resting after each for the job's thread share (also
    * after the last: with 50,000 automations, each one's few rows in its own transactions back to
    * back held the thread 3 s a pass); returns the total.
    */
-  const inChunks = async (
-    share: ThreadShare,
-    deleteChunk: () => number,
-    chunkRows = housekeepingChunkRows,
-    inTransaction = true,
-  ): Promise<number> => {
+  const inChunks = async (deleteChunk: () => number, chunkRows = housekeepingChunkRows, inTransaction = true): Promise<number> => {
     let total = 0;
     while (!stopped) {
       const deleted = await share.piece(() => (inTransaction ? store.transaction(deleteChunk) : deleteChunk()));
@@ -114,19 +111,18 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
     const cutoff = now - eventRetentionMs;
     const { events, deliveries, secrets } = store.webhooks;
     const result: HousekeepingResult = { events: 0, deliveries: 0, executions: 0, secrets: 0, tokenAddresses: 0 };
-    const share = new ThreadShare(housekeepingThreadShare);
-    result.events = await inChunks(share, () => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
+    result.events = await inChunks(() => events.deleteReceivedBefore(cutoff, housekeepingChunkRows));
     // The delivery log is kept by automation (its primary key), so it is pruned automation by automation.
     for (const automationId of stopped ? [] : deliveries.automationIds()) {
-      result.deliveries += await inChunks(share, () => deliveries.deleteLoggedBefore(automationId, cutoff, housekeepingChunkRows));
-      result.deliveries += await inChunks(share, () => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
+      result.deliveries += await inChunks(() => deliveries.deleteLoggedBefore(automationId, cutoff, housekeepingChunkRows));
+      result.deliveries += await inChunks(() => deliveries.trimAutomation(automationId, perAutomation, housekeepingChunkRows));
     }
     if (executionRetentionMs !== undefined) {
       // One DELETE statement a chunk, its own transaction, so the executions' counts for /metrics
       // are corrected knowing it committed (ExecutionsRepository.deleteFinishedBefore).
       const before = now - executionRetentionMs;
       const deleteChunk = () => store.executions.deleteFinishedBefore(before, executionChunkRows);
-      result.executions = await inChunks(share, deleteChunk, executionChunkRows, false);
+      result.executions = await inChunks(deleteChunk, executionChunkRows, false);
       // History that the API no longer shows: said where an operator reads (the first pass after
       // an upgrade from a build that kept every execution may delete months of it).
       if (result.executions > 0) {
