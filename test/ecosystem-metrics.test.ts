@@ -11,6 +11,7 @@ import { reusedWhenSlow } from "../src/observability/reused-when-slow.js";
 import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
 import { requestFactsKey } from "../src/server/request-context.js";
+import { busyFor } from "./support/busy-thread.js";
 import { startLoggedAccessd, startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
@@ -397,10 +398,6 @@ describe("counts that take long to read", () => {
   it("are read again at every scrape when quick, and reused for 5 s after a slow read (a backlog's count held the thread 200 ms a scrape)", () => {
     let reads = 0;
     let cost = 0;
-    const busyFor = (ms: number) => {
-      const until = performance.now() + ms;
-      while (performance.now() < until);
-    };
     const count = reusedWhenSlow(() => {
       reads++;
       busyFor(cost);

@@ -1,11 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ThreadShare } from "../src/event-loop.js";
-
-/** Keeps the thread busy for `ms`, as a chunk of deletes would. */
-function busyFor(ms: number): void {
-  const until = performance.now() + ms;
-  while (performance.now() < until);
-}
+import { busyFor } from "./support/busy-thread.js";
 
 describe("ThreadShare", () => {
   it("rests after each piece so the pieces take at most their share of the elapsed time", async () => {

@@ -300,7 +300,7 @@ async function housekeepingOnDayTen(options: { deliveriesPerAutomation?: number 
 describe("housekeeping job", () => {
   it("deletes event records older than the retention and keeps newer ones", async () => {
     const store = Store.open(":memory:");
-    const clock = new ManualClock(10 * 86_400_000);
+    const clock = new ManualClock(10 * day);
     const events = store.webhooks.events;
     events.insertIfNew({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
     events.insertIfNew({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
@@ -332,7 +332,7 @@ describe("housekeeping job", () => {
         executionId: "",
       });
     }
-    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: 86_400_000, deliveriesPerAutomation: 10 });
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day, deliveriesPerAutomation: 10 });
     await job.firstPass;
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100).map((d) => d.id)).toHaveLength(10);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 1)[0]?.id).toBe(ids[14]);
@@ -406,8 +406,8 @@ describe("housekeeping job", () => {
 
   it("runs one pass at a time: a pass asked for while one is under way is that pass", async () => {
     const store = Store.open(":memory:");
-    const clock = new ManualClock(10 * 86_400_000);
-    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: 86_400_000 });
+    const clock = new ManualClock(10 * day);
+    const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: day });
     const during = job.runOnce(); // the first pass is still under way
     expect(during).toBe(job.runOnce());
     await job.firstPass;
