@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,6 +19,9 @@ async function withDatabaseFile(test: (path: string) => Promise<void>): Promise<
   }
 }
 
+/** Event ids as senders send them (stage 4 accepts UUID v4 only). */
+const [ev, ev1, ev2, ev3] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
+
 /** Upgrades keep what a database already holds. */
 describe("migration 005 (finished-only state indexes, delivery log by automation, event records in arrival order)", () => {
   it("keeps the executions, deliveries and event records of a database made before it", async () => {
@@ -34,12 +38,12 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
       insert.run("e2", "PENDING");
       insert.run("e3", "FAILED");
       const logDelivery = before.prepare(
-        "INSERT INTO webhook_deliveries (id, automation_id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id) VALUES (?, ?, 'ev', 200, 'accepted', '127.0.0.1', 1, 0, '')",
+        `INSERT INTO webhook_deliveries (id, automation_id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id) VALUES (?, ?, '${ev}', 200, 'accepted', '127.0.0.1', 1, 0, '')`,
       );
       logDelivery.run("d1", "a");
       logDelivery.run("d2", "b");
       logDelivery.run("d3", "a");
-      before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES ('l', 'ev', 5, 'e1')").run();
+      before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES ('l', ?, 5, 'e1')").run(ev);
       before.close();
 
       const store = Store.open(path);
@@ -54,8 +58,8 @@ describe("migration 005 (finished-only state indexes, delivery log by automation
         ]);
         expect(store.webhooks.deliveries.automationIds()).toEqual(["a", "b"]);
         // The event record still makes a second delivery of the same event a duplicate.
-        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev", receivedAt: 6, executionId: "e4" })).toBe(false);
-        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev2", receivedAt: 6, executionId: "e4" })).toBe(true);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: ev, receivedAt: 6, executionId: "e4" })).toBe(false);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: ev2, receivedAt: 6, executionId: "e4" })).toBe(true);
       } finally {
         await store.close();
       }
@@ -85,21 +89,21 @@ describe("migration 008 (migration 005 finished on databases an early build of i
       const logDelivery = before.prepare(
         "INSERT INTO webhook_deliveries (id, automation_id, event_id, status, reason, source_ip, size_bytes, received_at, execution_id) VALUES (?, ?, ?, 200, 'accepted', '127.0.0.1', 1, 0, '')",
       );
-      logDelivery.run("d1", "a", "ev1");
-      logDelivery.run("d2", "b", "ev2");
+      logDelivery.run("d1", "a", ev1);
+      logDelivery.run("d2", "b", ev2);
       const recordEvent = before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES ('l', ?, ?, 'x')");
-      recordEvent.run("ev1", 5);
-      recordEvent.run("ev2", 3);
+      recordEvent.run(ev1, 5);
+      recordEvent.run(ev2, 3);
       // What a failed start of the build before this migration recorded (the reviewer's file).
       if (history.startsWith("a start")) applyMigrations(before, migrations.filter((m) => m.version < 8 && m.version !== 5).concat({ version: 5, name: "early 005", sql: "" }));
       before.close();
 
       const store = Store.open(path);
       try {
-        expect(store.webhooks.deliveries.listBefore("a", undefined, 10).map((d) => [d.id, d.eventId])).toEqual([["d1", "ev1"]]);
+        expect(store.webhooks.deliveries.listBefore("a", undefined, 10).map((d) => [d.id, d.eventId])).toEqual([["d1", ev1]]);
         expect(store.webhooks.deliveries.automationIds()).toEqual(["a", "b"]);
-        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev1", receivedAt: 6, executionId: "y" })).toBe(false);
-        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: "ev3", receivedAt: 6, executionId: "y" })).toBe(true);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: ev1, receivedAt: 6, executionId: "y" })).toBe(false);
+        expect(store.webhooks.events.insertIfNew({ listenerId: "l", eventId: ev3, receivedAt: 6, executionId: "y" })).toBe(true);
         // Expiry walks the records in arrival order (the rowid table of the final 005).
         expect(store.transaction(() => store.webhooks.events.deleteReceivedBefore(6, 10))).toBe(2);
         const shape = (table: string) =>
@@ -147,6 +151,36 @@ describe("migration 010 (the HMAC secrets of triggers that are no longer HMAC)",
       const store = Store.open(path);
       try {
         expect(store.db.prepare("SELECT automation_id FROM webhook_secrets ORDER BY id").pluck().all()).toEqual(["hmac"]);
+      } finally {
+        await store.close();
+      }
+    });
+  });
+});
+
+describe("migration 011 (event records without a unique index in the file)", () => {
+  it("drops the index, and the records stored before it still make their events duplicates", async () => {
+    await withDatabaseFile(async (path) => {
+      const before = new BetterSqlite3(path);
+      applyMigrations(before, migrations.filter((m) => m.version < 11));
+      const recordEvent = before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, 5, 'x')");
+      recordEvent.run("l", ev1);
+      recordEvent.run("l", ev2.toUpperCase()); // recorded by a build before ids were lower-cased
+      recordEvent.run("other listener", ev3);
+      recordEvent.run("l", "not-a-uuid"); // never written by any build, and never matched
+      before.close();
+
+      const store = Store.open(path);
+      try {
+        const index = store.db.prepare("SELECT name FROM sqlite_schema WHERE name = 'webhook_events_by_event'").pluck().get();
+        expect(index).toBeUndefined();
+        expect(store.webhooks.events.size).toBe(3);
+        const accept = (listenerId: string, eventId: string) =>
+          store.transaction(() => store.webhooks.events.insertIfNew({ listenerId, eventId, receivedAt: 6, executionId: "y" }));
+        expect(accept("l", ev1)).toBe(false);
+        expect(accept("l", ev2)).toBe(false);
+        expect(accept("l", ev3)).toBe(true); // another listener's event id
+        expect(accept("other listener", ev3)).toBe(false);
       } finally {
         await store.close();
       }

@@ -1,3 +1,4 @@
+import { eventRecordsOf } from "./support/store-fixtures.js";
 import { createPublicKey } from "node:crypto";
 import { request } from "node:http";
 import { exportJWK } from "jose";
@@ -87,7 +88,7 @@ describe("inbound webhooks: an automation changed while a request is in flight",
     const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
     const answer = await sendAcross(hook, () => ok(server.call("POST", `/api/v1/automations/${hook.id}/trigger`, { enabled: false })));
     expect(answer).toEqual({ status: 404, body: { code: "not_found", message: "the webhook trigger of this automation is disabled" } });
-    expect(server.store.webhooks.events.countFor(hook.listenerId)).toBe(0);
+    expect(eventRecordsOf(server.store, hook.listenerId)).toBe(0);
     expect(await outcome(hook)).toEqual({ executions: 0, deliveries: [{ status: 404, reason: "trigger_disabled" }] });
   });
 

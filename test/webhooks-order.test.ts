@@ -1,3 +1,4 @@
+import { eventRecordsOf } from "./support/store-fixtures.js";
 import { createPublicKey, generateKeyPairSync } from "node:crypto";
 import { exportJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -57,7 +58,7 @@ describe("inbound webhooks: the order of the checks", () => {
     const body = '{"user":"u-1"}';
     const answer = await postWebhook(hook.postUrl, hmacHeaders(hook, body), body);
     expect(answer).toEqual({ status: 404, body: { code: "not_found", message: "the automation behind this listener is not published" } });
-    expect(server.store.webhooks.events.countFor(hook.listenerId)).toBe(0);
+    expect(eventRecordsOf(server.store, hook.listenerId)).toBe(0);
     expect(await executionCount(server, hook.id)).toBe(0);
     expect(await deliveries(server, hook.id)).toEqual([{ status: 404, reason: "automation_unpublished" }]);
   });

@@ -1,3 +1,5 @@
+import { randomUUID } from "node:crypto";
+import { eventRecordsOf } from "./support/store-fixtures.js";
 import { Readable } from "node:stream";
 import { describe, expect, it, vi } from "vitest";
 import type { WebhookTriggerConfig } from "../src/automations/trigger-config.js";
@@ -302,15 +304,16 @@ describe("housekeeping job", () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(10 * day);
     const events = store.webhooks.events;
-    events.insertIfNew({ listenerId: "l", eventId: "old", receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
-    events.insertIfNew({ listenerId: "l", eventId: "new", receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
+    const [old, recent] = [randomUUID(), randomUUID()];
+    events.insertIfNew({ listenerId: "l", eventId: old, receivedAt: clock.now() - 7 * day - 1, executionId: "x1" });
+    events.insertIfNew({ listenerId: "l", eventId: recent, receivedAt: clock.now() - 7 * day + 1000, executionId: "x2" });
     const job = startHousekeeping({ store, clock, log: createLogger("silent"), eventRetentionMs: 7 * day });
     await job.firstPass; // it runs once at start
-    expect(events.has("l", "old")).toBe(false);
-    expect(events.has("l", "new")).toBe(true);
+    expect(events.has("l", old)).toBe(false);
+    expect(events.has("l", recent)).toBe(true);
     clock.advance(1001);
     expect((await job.runOnce()).events).toBe(1);
-    expect(events.has("l", "new")).toBe(false);
+    expect(events.has("l", recent)).toBe(false);
     job.stop();
     store.close();
   });
@@ -361,13 +364,14 @@ describe("housekeeping job", () => {
     const old = 2.5 * housekeepingChunkRows;
     store.transaction(() => {
       for (let i = 0; i < old; i++) {
-        store.webhooks.events.insertIfNew({ listenerId: "l", eventId: `e${i}`, receivedAt: 0, executionId: "x" });
-        logAccepted(store, "a", 10 * day, i, `e${i}`);
+        const eventId = randomUUID();
+        store.webhooks.events.insertIfNew({ listenerId: "l", eventId, receivedAt: 0, executionId: "x" });
+        logAccepted(store, "a", 10 * day, i, eventId);
       }
     });
     const { result, turns } = await turnsDuring(() => job.runOnce());
     expect(result).toEqual({ events: old, deliveries: old - 10, executions: 0, secrets: 0, tokenAddresses: 0 });
-    expect(store.webhooks.events.countFor("l")).toBe(0);
+    expect(eventRecordsOf(store, "l")).toBe(0);
     expect(store.webhooks.deliveries.listBefore("a", undefined, 100)).toHaveLength(10);
     // 3 chunks of events and 3 of deliveries: the event loop turned between them.
     expect(turns).toBeGreaterThanOrEqual(4);

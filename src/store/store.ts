@@ -73,6 +73,8 @@ export class Store {
   private readonly pingStmt;
   private readonly txStatements;
   private checkpointer: WalCheckpointer | undefined;
+  /** Per open transaction and savepoint, innermost last: what to undo in memory if it is rolled back. */
+  private readonly undoStack: (() => void)[][] = [];
 
   constructor(readonly db: Database) {
     this.pingStmt = db.prepare("SELECT 1").pluck();
@@ -92,7 +94,7 @@ export class Store {
     this.settings = new SettingsRepository(db);
     this.automations = new AutomationsRepository(db);
     this.executions = new ExecutionsRepository(db);
-    this.webhooks = new WebhookRepositories(db);
+    this.webhooks = new WebhookRepositories(db, (undo) => this.whenRolledBack(undo));
     this.clients = new ClientsRepository(db, principals);
     this.signingKeys = new SigningKeysRepository(db);
     this.assertionJtis = new AssertionJtisRepository(db);
@@ -131,16 +133,21 @@ export class Store {
    * four wrapper functions each time, 5 us a transaction or savepoint (bench/RESULTS.md).
    */
   transaction<T>(fn: () => T): T {
-    const { db, txStatements: sql } = this;
+    const { db, txStatements: sql, undoStack } = this;
     const nested = db.inTransaction;
     (nested ? sql.savepoint : sql.begin).run();
+    const undo: (() => void)[] = [];
+    undoStack.push(undo);
+    let committed = false;
     try {
       const result = fn();
       if (result instanceof Promise) throw new TypeError("a transaction callback cannot return a promise");
       (nested ? sql.release : sql.commit).run();
+      committed = true;
       return result;
     } catch (error) {
-      // A failed statement may have made SQLite roll the whole transaction back already.
+      // A failed statement may have made SQLite roll the whole transaction back already; then
+      // each enclosing level undoes its own part as the error passes through it.
       if (db.inTransaction) {
         if (nested) {
           sql.rollbackTo.run();
@@ -149,8 +156,25 @@ export class Store {
           sql.rollback.run();
         }
       }
+      for (let i = undo.length - 1; i >= 0; i--) undo[i]!();
       throw error;
+    } finally {
+      undoStack.pop();
+      // A savepoint released: its changes are now the enclosing transaction's to undo.
+      if (committed && nested) undoStack.at(-1)?.push(...undo);
     }
+  }
+
+  /**
+   * For state kept in memory beside the store (the event records' index): `undo` runs if the
+   * transaction or savepoint this is called in is rolled back, and is forgotten when it commits.
+   * Outside a transaction there is nothing to undo (each statement commits on its own); inside
+   * one not opened by `transaction` (no undo would run), it throws.
+   */
+  whenRolledBack(undo: () => void): void {
+    const innermost = this.undoStack.at(-1);
+    if (innermost !== undefined) innermost.push(undo);
+    else if (this.db.inTransaction) throw new Error("state undone on rollback must change inside Store.transaction");
   }
 
   /** A trivial query, for readiness checks. */

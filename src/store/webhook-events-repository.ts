@@ -1,38 +1,70 @@
 import type { Database } from "./database.js";
+import { EventKeyIndex, isUuid } from "./event-key-index.js";
 
-/** The (listener, Webhook-Event-Id) pairs already accepted, in arrival order: the idempotency record of spec 2.4. */
+/**
+ * The (listener, Webhook-Event-Id) pairs already accepted, in arrival order: the idempotency
+ * record of spec 2.4.
+ *
+ * The rows are the durable record; their uniqueness is kept in memory (EventKeyIndex), not by a
+ * unique index in the file (migration 011 dropped it: bench/README.md). The index is built from
+ * the rows when the store opens, so after a crash it holds exactly the pairs committed; every
+ * insert and delete here changes it in the same step, and a transaction or savepoint rolled back
+ * takes the change back with it (`whenRolledBack`). That holds as long as only this repository,
+ * on this connection, writes event records: the serving lock keeps a second server off the file.
+ */
 export class WebhookEventsRepository {
-  private readonly existsStmt;
-  private readonly insertIfNewStmt;
+  private readonly keys = new EventKeyIndex();
+  private readonly insertStmt;
   private readonly deleteOlderStmt;
-  private readonly countStmt;
 
-  constructor(db: Database) {
-    this.existsStmt = db
-      .prepare<[string, string], number>("SELECT 1 FROM webhook_events WHERE listener_id = ? AND event_id = ?")
-      .pluck();
-    this.insertIfNewStmt = db.prepare<[string, string, number, string]>(
-      `INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)
-       ON CONFLICT (listener_id, event_id) DO NOTHING`,
+  constructor(
+    db: Database,
+    /** Runs `undo` if the current transaction (or savepoint) is rolled back (Store.whenRolledBack). */
+    private readonly whenRolledBack: (undo: () => void) => void,
+  ) {
+    this.insertStmt = db.prepare<[string, string, number, string]>(
+      "INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)",
     );
     // Rows are in arrival order (rowid), so the oldest are the first `limit` rows; of those, the
     // ones past the cutoff go. No index on received_at (migration 005).
-    this.deleteOlderStmt = db.prepare<[number, number]>(
-      `DELETE FROM webhook_events WHERE rowid IN (
-         SELECT rowid FROM (SELECT rowid, received_at FROM webhook_events ORDER BY rowid LIMIT ?) WHERE received_at < ?)`,
-    );
-    this.countStmt = db
-      .prepare<[string], number>("SELECT count(*) FROM webhook_events WHERE listener_id = ?")
-      .pluck();
+    this.deleteOlderStmt = db
+      .prepare<[number, number], [string, string]>(
+        `DELETE FROM webhook_events WHERE rowid IN (
+           SELECT rowid FROM (SELECT rowid, received_at FROM webhook_events ORDER BY rowid LIMIT ?) WHERE received_at < ?)
+         RETURNING listener_id, event_id`,
+      )
+      .raw();
+    // Stage 4 accepts UUIDs only; a row with any other id (none is written) could never match one.
+    const rows = db.prepare<[], [string, string]>("SELECT listener_id, event_id FROM webhook_events").raw().iterate();
+    for (const [listenerId, eventId] of rows) {
+      if (isUuid(eventId)) this.keys.add(listenerId, eventId);
+    }
+  }
+
+  /** How many pairs are recorded. */
+  get size(): number {
+    return this.keys.size;
   }
 
   has(listenerId: string, eventId: string): boolean {
-    return this.existsStmt.get(listenerId, eventId) !== undefined;
+    return this.keys.has(listenerId, eventId);
   }
 
-  /** Records the pair unless it is recorded already: false (and nothing written) for a duplicate. */
+  /**
+   * Records the pair unless it is recorded already: false (and nothing written) for a duplicate.
+   * Inside a transaction, its rollback forgets the pair again. The event id is a UUID (stage 4).
+   */
   insertIfNew(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): boolean {
-    return this.insertIfNewStmt.run(record.listenerId, record.eventId, record.receivedAt, record.executionId).changes > 0;
+    const { listenerId, eventId } = record;
+    if (!this.keys.add(listenerId, eventId)) return false;
+    try {
+      this.whenRolledBack(() => this.keys.delete(listenerId, eventId));
+      this.insertStmt.run(listenerId, eventId, record.receivedAt, record.executionId);
+    } catch (error) {
+      this.keys.delete(listenerId, eventId);
+      throw error;
+    }
+    return true;
   }
 
   /**
@@ -41,10 +73,12 @@ export class WebhookEventsRepository {
    * records that arrived after a later-dated one wait until it expires too.
    */
   deleteReceivedBefore(cutoff: number, limit: number): number {
-    return this.deleteOlderStmt.run(limit, cutoff).changes;
-  }
-
-  countFor(listenerId: string): number {
-    return this.countStmt.get(listenerId) ?? 0;
+    let deleted: [string, string][] = [];
+    this.whenRolledBack(() => {
+      for (const [listenerId, eventId] of deleted) if (isUuid(eventId)) this.keys.add(listenerId, eventId);
+    });
+    deleted = this.deleteOlderStmt.all(limit, cutoff);
+    for (const [listenerId, eventId] of deleted) this.keys.delete(listenerId, eventId);
+    return deleted.length;
   }
 }

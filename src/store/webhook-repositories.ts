@@ -9,9 +9,9 @@ export class WebhookRepositories {
   readonly events: WebhookEventsRepository;
   readonly deliveries: WebhookDeliveriesRepository;
 
-  constructor(db: Database) {
+  constructor(db: Database, whenRolledBack: (undo: () => void) => void) {
     this.secrets = new WebhookSecretsRepository(db);
-    this.events = new WebhookEventsRepository(db);
+    this.events = new WebhookEventsRepository(db, whenRolledBack);
     this.deliveries = new WebhookDeliveriesRepository(db);
   }
 }

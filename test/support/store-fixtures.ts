@@ -36,3 +36,8 @@ export function inMemoryStores(): { withAutomation(steps?: StepDefinition[]): { 
     },
   };
 }
+
+/** The event records stored for a listener, counted in the table (not the in-memory index). */
+export function eventRecordsOf(store: Store, listenerId: string): number {
+  return store.db.prepare("SELECT count(*) FROM webhook_events WHERE listener_id = ?").pluck().get(listenerId) as number;
+}

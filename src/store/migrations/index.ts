@@ -8,6 +8,7 @@ import { usersByEmailNocaseSchema } from "./007-users-by-email-nocase.js";
 import { finishEarly005Schema } from "./008-finish-early-005.js";
 import { clientTokenAddressesSchema } from "./009-client-token-addresses.js";
 import { dropSecretsOfNonHmacTriggersSchema } from "./010-drop-secrets-of-non-hmac-triggers.js";
+import { eventKeysInMemorySchema } from "./011-event-keys-in-memory.js";
 import type { Database } from "../database.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
@@ -30,4 +31,5 @@ export const migrations: readonly Migration[] = [
   finishEarly005Schema,
   clientTokenAddressesSchema,
   dropSecretsOfNonHmacTriggersSchema,
+  eventKeysInMemorySchema,
 ];

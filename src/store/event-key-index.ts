@@ -1,0 +1,157 @@
+/**
+ * A set of (listener id, event id) pairs held in one typed array: the in-memory unique index of
+ * the event records (WebhookEventsRepository). Event ids are UUIDs (stage 4 accepts UUID v4
+ * only), kept as their 128 bits; listener ids are numbered as they are first seen.
+ *
+ * Why not SQLite's own unique index (what migration 005 had): the sender's random ids put every
+ * new key on a page of its own, so each accepted webhook wrote one more WAL frame, read a leaf
+ * the page cache seldom held once the table had grown, and gave the checkpoint one more page to
+ * copy: with a million records stored, about a third of the webhooks a second (bench/README.md).
+ * Why not a `Set` of strings: 160 MiB for 1,300,000 pairs, each an object the garbage collector
+ * marks, and a rehash that stops the thread as it grows (half-load p99 of 200 ms and more); and
+ * not an in-memory SQLite table either: every COMMIT of an in-memory database walks all its pages.
+ *
+ * Open addressing with linear probing at most 70% full (20 bytes a slot: about 40 MiB for
+ * 1,300,000 pairs); a deletion shifts the entries after it back (no tombstones), so lookups stay
+ * short however many pairs come and go. It grows by doubling and does not shrink.
+ */
+export class EventKeyIndex {
+  private readonly listenerNumbers = new Map<string, number>();
+  /** 5 words a slot: the listener's number (0: the slot is free), then the event id's 4 words. */
+  private slots = new Uint32Array(0);
+  private mask = 0;
+  private count = 0;
+  /** The event id being looked up, parsed (reused: no allocation per call). */
+  private readonly words = new Uint32Array(4);
+
+  constructor(expectedSize = 0) {
+    this.allocate(capacityFor(expectedSize));
+  }
+
+  get size(): number {
+    return this.count;
+  }
+
+  /** Whether the pair is in the set (an event id that is not a UUID never is). */
+  has(listenerId: string, eventId: string): boolean {
+    const listener = this.listenerNumbers.get(listenerId);
+    if (listener === undefined || !parseUuid(eventId, this.words)) return false;
+    return this.find(listener) >= 0;
+  }
+
+  /** Adds the pair; false if it was there already. Throws for an event id that is not a UUID. */
+  add(listenerId: string, eventId: string): boolean {
+    if (!parseUuid(eventId, this.words)) throw new TypeError(`event ids are UUIDs: ${JSON.stringify(eventId)}`);
+    const listener = this.numberOf(listenerId);
+    if (this.find(listener) >= 0) return false;
+    if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.allocate((this.mask + 1) * 2);
+    this.put(listener, this.words);
+    this.count++;
+    return true;
+  }
+
+  /** Removes the pair; false if it was not there. */
+  delete(listenerId: string, eventId: string): boolean {
+    const listener = this.listenerNumbers.get(listenerId);
+    if (listener === undefined || !parseUuid(eventId, this.words)) return false;
+    let free = this.find(listener);
+    if (free < 0) return false;
+    // Backward-shift deletion: walk the run after the freed slot and move back every entry whose
+    // home slot is not between the freed slot and its own (it would be unreachable past a hole).
+    const { slots, mask } = this;
+    for (let next = (free + 1) & mask; slots[next * 5] !== 0; next = (next + 1) & mask) {
+      const home = homeSlot(slots[next * 5]!, slots, next * 5, mask);
+      const stays = free <= next ? free < home && home <= next : free < home || home <= next;
+      if (stays) continue;
+      slots.copyWithin(free * 5, next * 5, next * 5 + 5);
+      free = next;
+    }
+    slots[free * 5] = 0;
+    this.count--;
+    return true;
+  }
+
+  private numberOf(listenerId: string): number {
+    let listener = this.listenerNumbers.get(listenerId);
+    if (listener === undefined) {
+      listener = this.listenerNumbers.size + 1;
+      this.listenerNumbers.set(listenerId, listener);
+    }
+    return listener;
+  }
+
+  /** The slot holding `listener` and `this.words`, or -1. */
+  private find(listener: number): number {
+    const { slots, mask, words } = this;
+    for (let slot = hashOf(listener, words, 0) & mask; ; slot = (slot + 1) & mask) {
+      const at = slot * 5;
+      const occupant = slots[at];
+      if (occupant === 0) return -1;
+      if (occupant === listener && slots[at + 1] === words[0] && slots[at + 2] === words[1] && slots[at + 3] === words[2] && slots[at + 4] === words[3]) {
+        return slot;
+      }
+    }
+  }
+
+  /** Writes the entry into the first free slot from its home (it is not in the table). */
+  private put(listener: number, words: Uint32Array, offset = 0): void {
+    const { slots, mask } = this;
+    let slot = hashOf(listener, words, offset) & mask;
+    while (slots[slot * 5] !== 0) slot = (slot + 1) & mask;
+    const at = slot * 5;
+    slots[at] = listener;
+    slots[at + 1] = words[offset]!;
+    slots[at + 2] = words[offset + 1]!;
+    slots[at + 3] = words[offset + 2]!;
+    slots[at + 4] = words[offset + 3]!;
+  }
+
+  private allocate(capacity: number): void {
+    const old = this.slots;
+    this.slots = new Uint32Array(capacity * 5);
+    this.mask = capacity - 1;
+    for (let at = 0; at < old.length; at += 5) {
+      if (old[at] !== 0) this.put(old[at]!, old, at + 1);
+    }
+  }
+}
+
+/** Slots for `size` entries at most 70% full: a power of two, at least 1,024. */
+function capacityFor(size: number): number {
+  let capacity = 1024;
+  while (size * 10 > capacity * 7) capacity *= 2;
+  return capacity;
+}
+
+/** The home slot of the entry whose listener number is `listener` and whose words follow it at `at`. */
+function homeSlot(listener: number, slots: Uint32Array, at: number, mask: number): number {
+  return hashOf(listener, slots, at + 1) & mask;
+}
+
+/**
+ * Mixes all 128 bits with the listener (murmur3's finaliser): a v4 id is random throughout, but
+ * the hash does not rely on it (a time-ordered id would cluster on its first word).
+ */
+function hashOf(listener: number, words: Uint32Array, offset: number): number {
+  let h = words[offset]! ^ words[offset + 1]! ^ words[offset + 2]! ^ words[offset + 3]! ^ Math.imul(listener, 0x9e3779b1);
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Whether `text` is a UUID (any version, any case): what the index can hold. */
+export function isUuid(text: string): boolean {
+  return text.length === 36 && uuidPattern.test(text);
+}
+
+/** A UUID's 128 bits into `words` (any case: the same UUID); false for anything else. */
+function parseUuid(text: string, words: Uint32Array): boolean {
+  if (!isUuid(text)) return false;
+  words[0] = parseInt(text.slice(0, 8), 16);
+  words[1] = parseInt(text.slice(9, 13) + text.slice(14, 18), 16);
+  words[2] = parseInt(text.slice(19, 23) + text.slice(24, 28), 16);
+  words[3] = parseInt(text.slice(28, 36), 16);
+  return true;
+}

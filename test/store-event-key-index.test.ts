@@ -1,0 +1,140 @@
+import { randomUUID } from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { EventKeyIndex } from "../src/store/event-key-index.js";
+import { Store } from "../src/store/store.js";
+import { eventRecordsOf } from "./support/store-fixtures.js";
+
+describe("EventKeyIndex (the event records' unique index, in memory)", () => {
+  it("holds each (listener, event id) pair once, whatever the case of the id", () => {
+    const index = new EventKeyIndex();
+    const id = randomUUID();
+    expect(index.add("l1", id)).toBe(true);
+    expect(index.add("l1", id)).toBe(false);
+    expect(index.add("l1", id.toUpperCase())).toBe(false);
+    expect(index.add("l2", id)).toBe(true);
+    expect(index.has("l1", id)).toBe(true);
+    expect(index.has("l3", id)).toBe(false);
+    expect(index.size).toBe(2);
+    expect(() => index.add("l1", "not-a-uuid")).toThrow(TypeError);
+    expect(index.has("l1", "not-a-uuid")).toBe(false);
+  });
+
+  it("agrees with a Set through growth and many deletions (every lookup after each change)", () => {
+    const index = new EventKeyIndex();
+    const reference = new Set<string>();
+    const listeners = ["a", "b", "c"];
+    const ids: [string, string][] = [];
+    // Time-ordered ids (v7-like: the first word is nearly the same) as well as random ones, so
+    // that runs of neighbours form and deletions have entries to shift back.
+    let clustered = 0;
+    const nextId = (i: number) =>
+      i % 2 === 0 ? randomUUID() : `0190a0b0-${(clustered++).toString(16).padStart(4, "0")}-7000-8000-${randomUUID().slice(24)}`;
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 5_000; i++) {
+        const pair: [string, string] = [listeners[i % 3]!, nextId(i)];
+        ids.push(pair);
+        expect(index.add(...pair)).toBe(!reference.has(pair.join(" ")));
+        reference.add(pair.join(" "));
+      }
+      // Delete every third pair of those stored, checking the rest stay reachable.
+      for (let i = round; i < ids.length; i += 3) {
+        const [listener, id] = ids[i]!;
+        expect(index.delete(listener, id)).toBe(reference.delete(`${listener} ${id}`));
+      }
+      expect(index.size).toBe(reference.size);
+      for (const [listener, id] of ids) expect(index.has(listener, id)).toBe(reference.has(`${listener} ${id}`));
+    }
+  });
+});
+
+describe("the event records' in-memory index follows the store's transactions", () => {
+  const accept = (store: Store, eventId: string) =>
+    store.webhooks.events.insertIfNew({ listenerId: "l", eventId, receivedAt: 1, executionId: "x" });
+
+  it("forgets the pairs of a transaction rolled back, and keeps those committed", async () => {
+    const store = Store.open(":memory:");
+    const [kept, rolledBack] = [randomUUID(), randomUUID()];
+    store.transaction(() => accept(store, kept));
+    expect(() =>
+      store.transaction(() => {
+        expect(accept(store, rolledBack)).toBe(true);
+        expect(accept(store, rolledBack)).toBe(false); // the transaction sees its own pair
+        throw new Error("the unit failed");
+      }),
+    ).toThrow("the unit failed");
+    expect(store.webhooks.events.has("l", kept)).toBe(true);
+    expect(store.webhooks.events.has("l", rolledBack)).toBe(false);
+    expect(store.transaction(() => accept(store, rolledBack))).toBe(true); // it can be accepted again
+    expect(eventRecordsOf(store, "l")).toBe(2);
+    await store.close();
+  });
+
+  it("undoes a savepoint rolled back alone, and a released savepoint with its transaction", async () => {
+    const store = Store.open(":memory:");
+    const [outer, inner, released] = [randomUUID(), randomUUID(), randomUUID()];
+    store.transaction(() => {
+      accept(store, outer);
+      expect(() =>
+        store.transaction(() => {
+          accept(store, inner);
+          throw new Error("only this savepoint");
+        }),
+      ).toThrow();
+      expect(store.webhooks.events.has("l", inner)).toBe(false);
+      expect(store.webhooks.events.has("l", outer)).toBe(true);
+    });
+    expect(() =>
+      store.transaction(() => {
+        store.transaction(() => accept(store, released));
+        throw new Error("the enclosing transaction");
+      }),
+    ).toThrow();
+    expect(store.webhooks.events.has("l", released)).toBe(false);
+    expect(eventRecordsOf(store, "l")).toBe(1);
+    await store.close();
+  });
+
+  it("gives deleted pairs back when the deletion is rolled back", async () => {
+    const store = Store.open(":memory:");
+    const id = randomUUID();
+    store.transaction(() => accept(store, id));
+    expect(() =>
+      store.transaction(() => {
+        expect(store.webhooks.events.deleteReceivedBefore(2, 10)).toBe(1);
+        expect(store.webhooks.events.has("l", id)).toBe(false);
+        throw new Error("rolled back");
+      }),
+    ).toThrow();
+    expect(store.webhooks.events.has("l", id)).toBe(true);
+    expect(store.transaction(() => accept(store, id))).toBe(false);
+    await store.close();
+  });
+
+  it("refuses a change in a transaction that could not undo it", async () => {
+    const store = Store.open(":memory:");
+    store.db.exec("BEGIN");
+    expect(() => accept(store, randomUUID())).toThrow(/Store.transaction/);
+    store.db.exec("ROLLBACK");
+    expect(store.webhooks.events.size).toBe(0);
+    await store.close();
+  });
+
+  it("is rebuilt from the table when the store opens", async () => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const dir = mkdtempSync(join(tmpdir(), "accessd-event-keys-"));
+    try {
+      const ids = Array.from({ length: 2_000 }, () => randomUUID());
+      const first = Store.open(join(dir, "accessd.db"));
+      first.transaction(() => ids.forEach((id) => accept(first, id)));
+      await first.close();
+      const second = Store.open(join(dir, "accessd.db"));
+      expect(second.webhooks.events.size).toBe(2_000);
+      expect(ids.every((id) => !second.transaction(() => accept(second, id)))).toBe(true);
+      await second.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
