@@ -2,6 +2,9 @@ import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { EventKeyIndex } from "../src/store/event-key-index.js";
 import { Store } from "../src/store/store.js";
+import { EventAcceptance } from "../src/webhooks/event-acceptance.js";
+import { GroupCommit } from "../src/webhooks/group-commit.js";
+import { Rejection } from "../src/webhooks/rejection.js";
 import { eventRecordsOf } from "./support/store-fixtures.js";
 
 describe("EventKeyIndex (the event records' unique index, in memory)", () => {
@@ -107,6 +110,41 @@ describe("the event records' in-memory index follows the store's transactions", 
     ).toThrow();
     expect(store.webhooks.events.has("l", id)).toBe(true);
     expect(store.transaction(() => accept(store, id))).toBe(false);
+    await store.close();
+  });
+
+  it("an acceptance that failed in a group leaves its event id free, and the group's others recorded", async () => {
+    const store = Store.open(":memory:");
+    const executions: string[] = [];
+    const acceptance = new EventAcceptance(
+      store,
+      new GroupCommit(store),
+      (request) => {
+        executions.push(request.executionId);
+        return { id: request.executionId } as never; // the queue is not what this is about
+      },
+      () => {},
+    );
+    const event = (eventId: string) => ({ listenerId: "l", automationId: "a", eventId, trigger: {}, bodyBytes: 2, receivedAt: 1 });
+    const [first, failing] = [randomUUID(), randomUUID()];
+    // One group: the second unit throws after its record is written, so the group is rolled back
+    // and run again unit by unit in savepoints (GroupCommit); the record of the failed one goes.
+    const results = await Promise.allSettled([
+      acceptance.accept(event(first)),
+      acceptance.accept(event(failing), () => {
+        throw new Error("the delivery log could not be written");
+      }),
+      acceptance.accept(event(first)),
+    ]);
+    expect(results[0]).toMatchObject({ status: "fulfilled", value: { executionId: expect.any(String) } });
+    expect(results[1]).toMatchObject({ status: "rejected" });
+    expect(results[2]).toMatchObject({ status: "fulfilled", value: expect.any(Rejection) });
+    expect(((results[2] as PromiseFulfilledResult<Rejection>).value).status).toBe(409);
+    expect(store.webhooks.events.has("l", first)).toBe(true);
+    expect(store.webhooks.events.has("l", failing)).toBe(false);
+    // Sent again, the failed event is accepted (not a duplicate): nothing of it was kept.
+    expect(await acceptance.accept(event(failing))).toMatchObject({ executionId: expect.any(String) });
+    expect(eventRecordsOf(store, "l")).toBe(2);
     await store.close();
   });
 
