@@ -1,7 +1,7 @@
 /**
- * A set of (listener id, event id) pairs held in one typed array: the in-memory unique index of
- * the event records (WebhookEventsRepository). Event ids are UUIDs (stage 4 accepts UUID v4
- * only), kept as their 128 bits; listener ids are numbered as they are first seen.
+ * A set of (listener id, event id) pairs held in typed arrays: the in-memory unique index of the
+ * event records (WebhookEventsRepository). Event ids are UUIDs (stage 4 accepts UUID v4 only),
+ * kept as their 128 bits; listener ids are numbered as they are first seen.
  *
  * Why not SQLite's own unique index (what migration 005 had): the sender's random ids put every
  * new key on a page of its own, so each accepted webhook wrote one more WAL frame, read a leaf
@@ -11,23 +11,18 @@
  * marks, and a rehash that stops the thread as it grows (half-load p99 of 110-208 ms); and not an
  * in-memory SQLite table either: every COMMIT of an in-memory database walks all its pages.
  *
- * Open addressing with linear probing at most 70% full (20 bytes a slot: about 40 MiB for
- * 1,300,000 pairs); a deletion shifts the entries after it back (no tombstones), so lookups stay
- * short however many pairs come and go. It grows by doubling, at once (77 ms of the thread at
- * 1,468,006 pairs on the development VM, once), and does not shrink.
+ * 64 shards (by the top bits of the hash), each an open-addressing table with linear probing at
+ * most 70% full (20 bytes a slot: about 40 MiB for 1,300,000 pairs); a deletion shifts the entries
+ * after it back (no tombstones), so lookups stay short however many pairs come and go. A shard
+ * grows by doubling, at once, and does not shrink; as the shards fill alike, the set grows in 64
+ * steps of about 1 ms each (one table of all 1,468,006 pairs took 77 ms of the thread to rehash).
  */
 export class EventKeyIndex {
   private readonly listenerNumbers = new Map<string, number>();
-  /** 5 words a slot: the listener's number (0: the slot is free), then the event id's 4 words. */
-  private slots = new Uint32Array(0);
-  private mask = 0;
-  private count = 0;
+  private readonly shards = Array.from({ length: shardCount }, () => new Shard());
   /** The event id being looked up, parsed (reused: no allocation per call). */
   private readonly words = new Uint32Array(4);
-
-  constructor(expectedSize = 0) {
-    this.allocate(capacityFor(expectedSize));
-  }
+  private count = 0;
 
   get size(): number {
     return this.count;
@@ -37,16 +32,14 @@ export class EventKeyIndex {
   has(listenerId: string, eventId: string): boolean {
     const listener = this.listenerNumbers.get(listenerId);
     if (listener === undefined || !parseUuid(eventId, this.words)) return false;
-    return this.find(listener) >= 0;
+    return this.shardOf(listener).find(listener, this.words) >= 0;
   }
 
   /** Adds the pair; false if it was there already. Throws for an event id that is not a UUID. */
   add(listenerId: string, eventId: string): boolean {
     if (!parseUuid(eventId, this.words)) throw new TypeError(`event ids are UUIDs: ${JSON.stringify(eventId)}`);
     const listener = this.numberOf(listenerId);
-    if (this.find(listener) >= 0) return false;
-    if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.allocate((this.mask + 1) * 2);
-    this.put(listener, this.words);
+    if (!this.shardOf(listener).add(listener, this.words)) return false;
     this.count++;
     return true;
   }
@@ -55,21 +48,13 @@ export class EventKeyIndex {
   delete(listenerId: string, eventId: string): boolean {
     const listener = this.listenerNumbers.get(listenerId);
     if (listener === undefined || !parseUuid(eventId, this.words)) return false;
-    let free = this.find(listener);
-    if (free < 0) return false;
-    // Backward-shift deletion: walk the run after the freed slot and move back every entry whose
-    // home slot is not between the freed slot and its own (it would be unreachable past a hole).
-    const { slots, mask } = this;
-    for (let next = (free + 1) & mask; slots[next * 5] !== 0; next = (next + 1) & mask) {
-      const home = homeSlot(slots[next * 5]!, slots, next * 5, mask);
-      const stays = free <= next ? free < home && home <= next : free < home || home <= next;
-      if (stays) continue;
-      slots.copyWithin(free * 5, next * 5, next * 5 + 5);
-      free = next;
-    }
-    slots[free * 5] = 0;
+    if (!this.shardOf(listener).delete(listener, this.words)) return false;
     this.count--;
     return true;
+  }
+
+  private shardOf(listener: number): Shard {
+    return this.shards[hashOf(listener, this.words, 0) >>> (32 - shardBits)]!;
   }
 
   private numberOf(listenerId: string): number {
@@ -80,10 +65,21 @@ export class EventKeyIndex {
     }
     return listener;
   }
+}
 
-  /** The slot holding `listener` and `this.words`, or -1. */
-  private find(listener: number): number {
-    const { slots, mask, words } = this;
+const shardBits = 6;
+const shardCount = 1 << shardBits;
+
+/** One open-addressing table; its slot is the hash's low bits (the shard was chosen by its top bits). */
+class Shard {
+  /** 5 words a slot: the listener's number (0: the slot is free), then the event id's 4 words. */
+  private slots = new Uint32Array(minCapacity * 5);
+  private mask = minCapacity - 1;
+  private count = 0;
+
+  /** The slot holding the entry, or -1. */
+  find(listener: number, words: Uint32Array): number {
+    const { slots, mask } = this;
     for (let slot = hashOf(listener, words, 0) & mask; ; slot = (slot + 1) & mask) {
       const at = slot * 5;
       const occupant = slots[at];
@@ -94,8 +90,34 @@ export class EventKeyIndex {
     }
   }
 
-  /** Writes the entry into the first free slot from its home (it is not in the table). */
-  private put(listener: number, words: Uint32Array, offset = 0): void {
+  add(listener: number, words: Uint32Array): boolean {
+    if (this.find(listener, words) >= 0) return false;
+    if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.grow();
+    this.put(listener, words, 0);
+    this.count++;
+    return true;
+  }
+
+  delete(listener: number, words: Uint32Array): boolean {
+    let free = this.find(listener, words);
+    if (free < 0) return false;
+    // Backward-shift deletion: walk the run after the freed slot and move back every entry whose
+    // home slot is not between the freed slot and its own (it would be unreachable past a hole).
+    const { slots, mask } = this;
+    for (let next = (free + 1) & mask; slots[next * 5] !== 0; next = (next + 1) & mask) {
+      const home = hashOf(slots[next * 5]!, slots, next * 5 + 1) & mask;
+      const stays = free <= next ? free < home && home <= next : free < home || home <= next;
+      if (stays) continue;
+      slots.copyWithin(free * 5, next * 5, next * 5 + 5);
+      free = next;
+    }
+    slots[free * 5] = 0;
+    this.count--;
+    return true;
+  }
+
+  /** Writes the entry (its words at `offset` of `words`) into the first free slot from its home. */
+  private put(listener: number, words: Uint32Array, offset: number): void {
     const { slots, mask } = this;
     let slot = hashOf(listener, words, offset) & mask;
     while (slots[slot * 5] !== 0) slot = (slot + 1) & mask;
@@ -107,8 +129,9 @@ export class EventKeyIndex {
     slots[at + 4] = words[offset + 3]!;
   }
 
-  private allocate(capacity: number): void {
+  private grow(): void {
     const old = this.slots;
+    const capacity = (this.mask + 1) * 2;
     this.slots = new Uint32Array(capacity * 5);
     this.mask = capacity - 1;
     for (let at = 0; at < old.length; at += 5) {
@@ -117,17 +140,8 @@ export class EventKeyIndex {
   }
 }
 
-/** Slots for `size` entries at most 70% full: a power of two, at least 1,024. */
-function capacityFor(size: number): number {
-  let capacity = 1024;
-  while (size * 10 > capacity * 7) capacity *= 2;
-  return capacity;
-}
-
-/** The home slot of the entry whose listener number is `listener` and whose words follow it at `at`. */
-function homeSlot(listener: number, slots: Uint32Array, at: number, mask: number): number {
-  return hashOf(listener, slots, at + 1) & mask;
-}
+/** Slots a shard starts with (64 shards: 80 KiB in all). */
+const minCapacity = 64;
 
 /**
  * Mixes all 128 bits with the listener (murmur3's finaliser): a v4 id is random throughout, but
