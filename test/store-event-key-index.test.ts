@@ -97,6 +97,19 @@ describe("the event records' in-memory index follows the store's transactions", 
     await store.close();
   });
 
+  it("hands a released savepoint's undos to its transaction however many there are", async () => {
+    const store = Store.open(":memory:");
+    const ids = Array.from({ length: 150_000 }, () => randomUUID()); // more than a call takes arguments
+    expect(() =>
+      store.transaction(() => {
+        store.transaction(() => ids.forEach((id) => accept(store, id)));
+        throw new Error("the enclosing transaction");
+      }),
+    ).toThrow("the enclosing transaction");
+    expect(store.webhooks.events.size).toBe(0);
+    await store.close();
+  });
+
   it("gives deleted pairs back when the deletion is rolled back", async () => {
     const store = Store.open(":memory:");
     const id = randomUUID();

@@ -160,8 +160,10 @@ export class Store {
       throw error;
     } finally {
       undoStack.pop();
-      // A savepoint released: its changes are now the enclosing transaction's to undo.
-      if (committed && nested) undoStack.at(-1)?.push(...undo);
+      // A savepoint released: its changes are now the enclosing transaction's to undo (a loop, not
+      // push(...undo): a savepoint may hold more undos than a call takes arguments).
+      const enclosing = committed && nested ? undoStack.at(-1) : undefined;
+      if (enclosing !== undefined) for (const step of undo) enclosing.push(step);
     }
   }
 
