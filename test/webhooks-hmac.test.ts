@@ -1,4 +1,3 @@
-import { eventRecordsOf } from "./support/store-fixtures.js";
 import { randomUUID } from "node:crypto";
 import { connect as http2Connect } from "node:http2";
 import { gzipSync } from "node:zlib";
@@ -17,6 +16,7 @@ import {
   postWebhook,
   type WebhookAutomation,
 } from "./support/webhook-fixtures.js";
+import { eventRecordsOf } from "./support/store-fixtures.js";
 
 interface Execution {
   id: string;

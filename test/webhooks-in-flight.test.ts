@@ -1,4 +1,3 @@
-import { eventRecordsOf } from "./support/store-fixtures.js";
 import { createPublicKey } from "node:crypto";
 import { request } from "node:http";
 import { exportJWK } from "jose";
@@ -17,6 +16,7 @@ import {
   type JwksServer,
   type WebhookAutomation,
 } from "./support/webhook-fixtures.js";
+import { eventRecordsOf } from "./support/store-fixtures.js";
 
 /**
  * A webhook's listener is looked up when its headers arrive (stage 1), but the event is recorded

@@ -1,4 +1,3 @@
-import { eventRecordsOf } from "./support/store-fixtures.js";
 import { createPublicKey, generateKeyPairSync } from "node:crypto";
 import { exportJWK } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -16,6 +15,7 @@ import {
   type LoopbackServer,
   type WebhookAutomation,
 } from "./support/webhook-fixtures.js";
+import { eventRecordsOf } from "./support/store-fixtures.js";
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 

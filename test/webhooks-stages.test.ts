@@ -1,5 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { eventRecordsOf } from "./support/store-fixtures.js";
 import { Readable } from "node:stream";
 import { describe, expect, it, vi } from "vitest";
 import type { WebhookTriggerConfig } from "../src/automations/trigger-config.js";
@@ -22,6 +21,7 @@ import { SourceIpResolver } from "../src/server/source-ip.js";
 import { checkTimestamp } from "../src/webhooks/timestamp-window.js";
 import { validateWebhookTrigger } from "../src/webhooks/trigger-validation.js";
 import { webhookTriggerHooks } from "../src/webhooks/webhook-trigger-hooks.js";
+import { eventRecordsOf } from "./support/store-fixtures.js";
 
 const body = Buffer.from('{"user":"u-1"}');
 
