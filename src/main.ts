@@ -218,8 +218,17 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const address = await server.listen(config.port, config.host);
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
   // The base URL names the tokens' issuer and the webhook endpoints: logged, so a change shows.
+  // eventRecords: the (listener, event id) pairs the duplicate check holds in memory, read at open.
   log.info(
-    { version: accessdVersion, pid: process.pid, address: address.address, port: address.port, database: config.database, baseUrl: config.baseUrl },
+    {
+      version: accessdVersion,
+      pid: process.pid,
+      address: address.address,
+      port: address.port,
+      database: config.database,
+      baseUrl: config.baseUrl,
+      eventRecords: store.webhooks.events.size,
+    },
     "accessd listening",
   );
   worker.start();

@@ -203,7 +203,7 @@ describe("/metrics", () => {
       await own.close();
     }
     const lines = logLines();
-    expect(lines).toContainEqual(expect.objectContaining({ msg: "accessd listening", version: expect.stringMatching(/^\d+\.\d+\.\d+/), pid: process.pid }));
+    expect(lines).toContainEqual(expect.objectContaining({ msg: "accessd listening", version: expect.stringMatching(/^\d+\.\d+\.\d+/), pid: process.pid, eventRecords: 0 }));
     expect(lines).toContainEqual(expect.objectContaining({ msg: "rpc", procedure: "svc.api.app.v1.Apps.Get", code: "not_found", clientId: testBootstrapClient.clientId }));
     const unauthenticated = lines.find((line) => line.msg === "rpc" && line.code === "unauthenticated");
     expect(unauthenticated).toBeDefined();
