@@ -1,4 +1,7 @@
 import { randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { EventKeyIndex } from "../src/store/event-key-index.js";
 import { Store } from "../src/store/store.js";
@@ -171,9 +174,6 @@ describe("the event records' in-memory index follows the store's transactions", 
   });
 
   it("is rebuilt from the table when the store opens", async () => {
-    const { mkdtempSync, rmSync } = await import("node:fs");
-    const { join } = await import("node:path");
-    const { tmpdir } = await import("node:os");
     const dir = mkdtempSync(join(tmpdir(), "accessd-event-keys-"));
     try {
       const ids = Array.from({ length: 2_000 }, () => randomUUID());

@@ -1,3 +1,5 @@
+import { validate as isUuid } from "uuid";
+
 /**
  * A set of (listener id, event id) pairs held in typed arrays: the in-memory unique index of the
  * event records (WebhookEventsRepository). Event ids are UUIDs (stage 4 accepts UUID v4 only),
@@ -22,39 +24,33 @@ export class EventKeyIndex {
   private readonly shards = Array.from({ length: shardCount }, () => new Shard());
   /** The event id being looked up, parsed (reused: no allocation per call). */
   private readonly words = new Uint32Array(4);
-  private count = 0;
 
   get size(): number {
-    return this.count;
+    return this.shards.reduce((sum, shard) => sum + shard.size, 0);
   }
 
   /** Whether the pair is in the set (an event id that is not a UUID never is). */
   has(listenerId: string, eventId: string): boolean {
     const listener = this.listenerNumbers.get(listenerId);
     if (listener === undefined || !parseUuid(eventId, this.words)) return false;
-    return this.shardOf(listener).find(listener, this.words) >= 0;
+    const hash = hashOf(listener, this.words, 0);
+    return shardOf(this.shards, hash).find(listener, this.words, hash) >= 0;
   }
 
   /** Adds the pair; false if it was there already. Throws for an event id that is not a UUID. */
   add(listenerId: string, eventId: string): boolean {
     if (!parseUuid(eventId, this.words)) throw new TypeError(`event ids are UUIDs: ${JSON.stringify(eventId)}`);
     const listener = this.numberOf(listenerId);
-    if (!this.shardOf(listener).add(listener, this.words)) return false;
-    this.count++;
-    return true;
+    const hash = hashOf(listener, this.words, 0);
+    return shardOf(this.shards, hash).add(listener, this.words, hash);
   }
 
   /** Removes the pair; false if it was not there. */
   delete(listenerId: string, eventId: string): boolean {
     const listener = this.listenerNumbers.get(listenerId);
     if (listener === undefined || !parseUuid(eventId, this.words)) return false;
-    if (!this.shardOf(listener).delete(listener, this.words)) return false;
-    this.count--;
-    return true;
-  }
-
-  private shardOf(listener: number): Shard {
-    return this.shards[hashOf(listener, this.words, 0) >>> (32 - shardBits)]!;
+    const hash = hashOf(listener, this.words, 0);
+    return shardOf(this.shards, hash).delete(listener, this.words, hash);
   }
 
   private numberOf(listenerId: string): number {
@@ -70,6 +66,11 @@ export class EventKeyIndex {
 const shardBits = 6;
 const shardCount = 1 << shardBits;
 
+/** The shard of an entry: its hash's top bits (the slot within the shard is its low bits). */
+function shardOf(shards: readonly Shard[], hash: number): Shard {
+  return shards[hash >>> (32 - shardBits)]!;
+}
+
 /** One open-addressing table; its slot is the hash's low bits (the shard was chosen by its top bits). */
 class Shard {
   /** 5 words a slot: the listener's number (0: the slot is free), then the event id's 4 words. */
@@ -77,10 +78,14 @@ class Shard {
   private mask = minCapacity - 1;
   private count = 0;
 
-  /** The slot holding the entry, or -1. */
-  find(listener: number, words: Uint32Array): number {
+  get size(): number {
+    return this.count;
+  }
+
+  /** The slot holding the entry (`hash` is hashOf it), or -1. */
+  find(listener: number, words: Uint32Array, hash: number): number {
     const { slots, mask } = this;
-    for (let slot = hashOf(listener, words, 0) & mask; ; slot = (slot + 1) & mask) {
+    for (let slot = hash & mask; ; slot = (slot + 1) & mask) {
       const at = slot * 5;
       const occupant = slots[at];
       if (occupant === 0) return -1;
@@ -90,16 +95,16 @@ class Shard {
     }
   }
 
-  add(listener: number, words: Uint32Array): boolean {
-    if (this.find(listener, words) >= 0) return false;
+  add(listener: number, words: Uint32Array, hash: number): boolean {
+    if (this.find(listener, words, hash) >= 0) return false;
     if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.grow();
-    this.put(listener, words, 0);
+    this.put(listener, words, 0, hash);
     this.count++;
     return true;
   }
 
-  delete(listener: number, words: Uint32Array): boolean {
-    let free = this.find(listener, words);
+  delete(listener: number, words: Uint32Array, hash: number): boolean {
+    let free = this.find(listener, words, hash);
     if (free < 0) return false;
     // Backward-shift deletion: walk the run after the freed slot and move back every entry whose
     // home slot is not between the freed slot and its own (it would be unreachable past a hole).
@@ -116,10 +121,10 @@ class Shard {
     return true;
   }
 
-  /** Writes the entry (its words at `offset` of `words`) into the first free slot from its home. */
-  private put(listener: number, words: Uint32Array, offset: number): void {
+  /** Writes the entry (its words at `offset` of `words`, its hash `hash`) into the first free slot from its home. */
+  private put(listener: number, words: Uint32Array, offset: number, hash: number): void {
     const { slots, mask } = this;
-    let slot = hashOf(listener, words, offset) & mask;
+    let slot = hash & mask;
     while (slots[slot * 5] !== 0) slot = (slot + 1) & mask;
     const at = slot * 5;
     slots[at] = listener;
@@ -135,7 +140,7 @@ class Shard {
     this.slots = new Uint32Array(capacity * 5);
     this.mask = capacity - 1;
     for (let at = 0; at < old.length; at += 5) {
-      if (old[at] !== 0) this.put(old[at]!, old, at + 1);
+      if (old[at] !== 0) this.put(old[at]!, old, at + 1, hashOf(old[at]!, old, at + 1));
     }
   }
 }
@@ -154,12 +159,8 @@ function hashOf(listener: number, words: Uint32Array, offset: number): number {
   return (h ^ (h >>> 16)) >>> 0;
 }
 
-const uuidPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** Whether `text` is a UUID (any version, any case): what the index can hold. */
-export function isUuid(text: string): boolean {
-  return text.length === 36 && uuidPattern.test(text);
-}
+/** Whether `text` is a UUID (RFC 9562, any version, any case): what the index can hold. */
+export { isUuid };
 
 /** A UUID's 128 bits into `words` (any case: the same UUID); false for anything else. */
 function parseUuid(text: string, words: Uint32Array): boolean {
