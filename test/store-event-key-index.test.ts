@@ -173,7 +173,19 @@ describe("the event records' in-memory index follows the store's transactions", 
     await store.close();
   });
 
-  it("is rebuilt from the table when the store opens", async () => {
+  it("reads the table on first need, not when the store opens (bootstrap and the key rotations never read it)", async () => {
+    const store = Store.open(":memory:");
+    const eventId = randomUUID();
+    // Written past the repository after the open: an index read at open would not hold it.
+    store.db
+      .prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)")
+      .run("l", eventId, Date.now(), "e");
+    expect(store.webhooks.events.readKeys()).toBe(1);
+    expect(store.transaction(() => accept(store, eventId))).toBe(false);
+    await store.close();
+  });
+
+  it("is rebuilt from the table when the store opens again", async () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-event-keys-"));
     try {
       const ids = Array.from({ length: 2_000 }, () => randomUUID());

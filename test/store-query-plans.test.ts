@@ -43,7 +43,7 @@ function grows(step: string, tables: Set<string>, limited: boolean): boolean {
 const allowed: { startsWith: string; why: string }[] = [
   { startsWith: "SELECT version FROM schema_migrations", why: "a handful of rows, read once at start" },
   { startsWith: "SELECT COUNT(*) AS count FROM automation_executions WHERE state IN ('PENDING', 'RUNNING')", why: "reads the worker's queue index, unfinished executions only: the queue-depth gauge" },
-  { startsWith: "SELECT listener_id, event_id FROM webhook_events", why: "read once when the store opens: the event records' unique index is built from them in memory" },
+  { startsWith: "SELECT listener_id, event_id FROM webhook_events", why: "read once, on first need (the server: at start): the event records' unique index is built from them in memory" },
   { startsWith: "DELETE FROM webhook_events WHERE rowid IN", why: "housekeeping: the oldest rows, a LIMIT'ed walk from the front of the table in rowid (arrival) order" },
   { startsWith: "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL", why: "at most two secrets per automation, housekeeping only" },
   { startsWith: "SELECT * FROM token_signing_keys ORDER BY created_at", why: "a few signing keys, read at start and on rotation" },

@@ -6,16 +6,19 @@ import { EventKeyIndex, isUuid } from "./event-key-index.js";
  * record of spec 2.4.
  *
  * The rows are the durable record; their uniqueness is kept in memory (EventKeyIndex), not by a
- * unique index in the file (migration 011 dropped it: bench/README.md). The index is built from
- * the rows when the store opens, so after a crash it holds exactly the pairs committed; every
+ * unique index in the file (migration 011 dropped it: bench/README.md). The index is read from
+ * the rows on first need, so after a crash it holds exactly the pairs committed (the server reads
+ * it before it listens, `readKeys`; a command that never touches event records, such as `bootstrap`,
+ * never reads it: 2 s and 40-80 MiB for a million and a half records); every
  * insert and delete here changes it in the same step, and a transaction or savepoint rolled back
  * takes the change back with it (`whenRolledBack`). That holds as long as only this repository,
  * on this connection, writes event records: the serving lock keeps a second server off the file.
  */
 export class WebhookEventsRepository {
-  private readonly keys = new EventKeyIndex();
+  private keysRead: EventKeyIndex | undefined;
   private readonly insertStmt;
   private readonly deleteOlderStmt;
+  private readonly allPairsStmt;
 
   constructor(
     db: Database,
@@ -34,16 +37,36 @@ export class WebhookEventsRepository {
          RETURNING listener_id, event_id`,
       )
       .raw();
-    // Stage 4 accepts UUIDs only; a row with any other id (none is written) could never match one.
-    const rows = db.prepare<[], [string, string]>("SELECT listener_id, event_id FROM webhook_events").raw().iterate();
-    for (const [listenerId, eventId] of rows) {
-      if (isUuid(eventId)) this.keys.add(listenerId, eventId);
-    }
+    this.allPairsStmt = db.prepare<[], [string, string]>("SELECT listener_id, event_id FROM webhook_events").raw();
+  }
+
+  /**
+   * Reads the recorded pairs into memory now, unless already read, and returns how many there
+   * are. The server calls it before it listens, so that no webhook waits for the read.
+   */
+  readKeys(): number {
+    return this.keys.size;
   }
 
   /** How many pairs are recorded. */
   get size(): number {
     return this.keys.size;
+  }
+
+  /**
+   * The index, read on first use. Every method takes it before its statement runs, so the read
+   * sees no change of its own transaction: only this repository writes event records.
+   */
+  private get keys(): EventKeyIndex {
+    if (this.keysRead === undefined) {
+      const keys = new EventKeyIndex();
+      // Stage 4 accepts UUIDs only; a row with any other id (none is written) could never match one.
+      for (const [listenerId, eventId] of this.allPairsStmt.iterate()) {
+        if (isUuid(eventId)) keys.add(listenerId, eventId);
+      }
+      this.keysRead = keys;
+    }
+    return this.keysRead;
   }
 
   has(listenerId: string, eventId: string): boolean {
@@ -56,12 +79,13 @@ export class WebhookEventsRepository {
    */
   insertIfNew(record: { listenerId: string; eventId: string; receivedAt: number; executionId: string }): boolean {
     const { listenerId, eventId } = record;
-    if (!this.keys.add(listenerId, eventId)) return false;
+    const keys = this.keys;
+    if (!keys.add(listenerId, eventId)) return false;
     try {
-      this.whenRolledBack(() => this.keys.delete(listenerId, eventId));
+      this.whenRolledBack(() => keys.delete(listenerId, eventId));
       this.insertStmt.run(listenerId, eventId, record.receivedAt, record.executionId);
     } catch (error) {
-      this.keys.delete(listenerId, eventId);
+      keys.delete(listenerId, eventId);
       throw error;
     }
     return true;
@@ -73,12 +97,13 @@ export class WebhookEventsRepository {
    * records that arrived after a later-dated one wait until it expires too.
    */
   deleteReceivedBefore(cutoff: number, limit: number): number {
+    const keys = this.keys;
     let deleted: [string, string][] = [];
     this.whenRolledBack(() => {
-      for (const [listenerId, eventId] of deleted) if (isUuid(eventId)) this.keys.add(listenerId, eventId);
+      for (const [listenerId, eventId] of deleted) if (isUuid(eventId)) keys.add(listenerId, eventId);
     });
     deleted = this.deleteOlderStmt.all(limit, cutoff);
-    for (const [listenerId, eventId] of deleted) this.keys.delete(listenerId, eventId);
+    for (const [listenerId, eventId] of deleted) keys.delete(listenerId, eventId);
     return deleted.length;
   }
 }
