@@ -51,6 +51,30 @@ describe("EventKeyIndex (the event records' unique index, in memory)", () => {
       for (const [listener, id] of ids) expect(index.has(listener, id)).toBe(reference.has(`${listener} ${id}`));
     }
   });
+
+  it("gives the memory of a burst back as its pairs are deleted, and still agrees with a Set", () => {
+    const index = new EventKeyIndex();
+    const empty = index.bytes;
+    const reference = new Set<string>();
+    const ids = Array.from({ length: 60_000 }, () => randomUUID());
+    for (const id of ids) {
+      index.add("l", id);
+      reference.add(id);
+    }
+    const full = index.bytes;
+    expect(full).toBeGreaterThan(60_000 * 20);
+    // Deleted in an order of their own (not the insertion order), checking every pair left at
+    // each quarter: the halvings on the way must keep them all reachable.
+    const order = [...ids].sort();
+    order.forEach((id, i) => {
+      expect(index.delete("l", id)).toBe(reference.delete(id));
+      if (i % 15_000 === 14_999) expect(ids.filter((left) => index.has("l", left) !== reference.has(left))).toEqual([]);
+    });
+    expect(index.size).toBe(0);
+    expect(index.bytes).toBe(empty);
+    expect(index.add("l", ids[0]!)).toBe(true);
+    expect(index.has("l", ids[0]!)).toBe(true);
+  });
 });
 
 describe("the event records' in-memory index follows the store's transactions", () => {

@@ -16,8 +16,10 @@ import { validate as isUuid } from "uuid";
  * 64 shards (by the top bits of the hash), each an open-addressing table with linear probing at
  * most 70% full (20 bytes a slot: about 40 MiB for 1,300,000 pairs); a deletion shifts the entries
  * after it back (no tombstones), so lookups stay short however many pairs come and go. A shard
- * grows by doubling, at once, and does not shrink; as the shards fill alike, the set grows in 64
- * steps of about 1 ms each (one table of all 1,468,006 pairs took 77 ms of the thread to rehash).
+ * grows by doubling, at once; as the shards fill alike, the set grows in 64 steps of about 1 ms
+ * each (one table of all 1,468,006 pairs took 77 ms of the thread to rehash). A shard that falls
+ * under a quarter of that (17.5% full) as records expire halves, so the memory of a burst is given
+ * back (35% full after either step: a pair added or deleted at the edge does not resize again).
  */
 export class EventKeyIndex {
   private readonly listenerNumbers = new Map<string, number>();
@@ -27,6 +29,11 @@ export class EventKeyIndex {
 
   get size(): number {
     return this.shards.reduce((sum, shard) => sum + shard.size, 0);
+  }
+
+  /** The bytes its slots take. */
+  get bytes(): number {
+    return this.shards.reduce((sum, shard) => sum + shard.bytes, 0);
   }
 
   /** Whether the pair is in the set (an event id that is not a UUID never is). */
@@ -82,6 +89,10 @@ class Shard {
     return this.count;
   }
 
+  get bytes(): number {
+    return this.slots.byteLength;
+  }
+
   /** The slot holding the entry (`hash` is hashOf it), or -1. */
   find(listener: number, words: Uint32Array, hash: number): number {
     const { slots, mask } = this;
@@ -97,7 +108,7 @@ class Shard {
 
   add(listener: number, words: Uint32Array, hash: number): boolean {
     if (this.find(listener, words, hash) >= 0) return false;
-    if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.grow();
+    if ((this.count + 1) * 10 > (this.mask + 1) * 7) this.resize((this.mask + 1) * 2);
     this.put(listener, words, 0, hash);
     this.count++;
     return true;
@@ -118,6 +129,8 @@ class Shard {
     }
     slots[free * 5] = 0;
     this.count--;
+    const capacity = mask + 1;
+    if (capacity > minCapacity && this.count * 40 < capacity * 7) this.resize(capacity / 2);
     return true;
   }
 
@@ -134,9 +147,9 @@ class Shard {
     slots[at + 4] = words[offset + 3]!;
   }
 
-  private grow(): void {
+  /** Moves every entry into a table of `capacity` slots (a power of two). */
+  private resize(capacity: number): void {
     const old = this.slots;
-    const capacity = (this.mask + 1) * 2;
     this.slots = new Uint32Array(capacity * 5);
     this.mask = capacity - 1;
     for (let at = 0; at < old.length; at += 5) {
