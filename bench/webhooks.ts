@@ -15,7 +15,8 @@
  *    rounds is highest (see atBestLevel).
  *    Then p50/p99 latency at half that rate (three phases, the median p99 reported), sent
  *    open-loop at even intervals (pacedRun: autocannon's overallRate sends each second's budget
- *    back to back and then waits, which measures bursts at full speed, not half the load).
+ *    back to back and then waits, which measures bursts at full speed, not half the load); the
+ *    bare server and the durable reference receiver with the same client at the same rate.
  * 4. Accepted JWT webhooks per second for RS256, ES256 and EdDSA (tokens signed before the phase,
  *    so signing does not load the generator; JWKS from a local HTTP server, cached by the service).
  * Every accepted webhook creates an execution that the in-process worker runs (one log step);
@@ -308,6 +309,8 @@ process.env.ACCESSD_JWKS_ALLOW_HTTP = "true";
 const server = await startAccessdProcess(join(dir, "accessd.db"));
 const bare = await startBareServer();
 measuredPid = server.pid;
+/** What the bench started and stops when it ends, however it ends. */
+const stopAtEnd: (() => void)[] = [];
 try {
   const hmac = await createAutomation(server, { authMethod: "HMAC" });
   const jwt = await createAutomation(server, { authMethod: "JWT", jwksUrl: jwks.url });
@@ -358,8 +361,11 @@ try {
       }
     }
   } finally {
-    for (const receiver of receivers) receiver.child.kill("SIGTERM");
+    // The durable one also runs the half-load phases below; stopped with the others at the end.
+    for (const receiver of receivers) if (receiver !== receivers[1]) receiver.child.kill("SIGTERM");
   }
+  const durableReceiver = receivers[1]!;
+  stopAtEnd.push(() => durableReceiver.child.kill("SIGTERM"));
   const [bareRounds, hmacOnlyRounds, durableRounds, hmacRounds] = sweepsOf.map(atBestLevel) as [Phase[], Phase[], Phase[], Phase[]];
   const [bareSweeps, hmacOnlySweeps, durableSweeps, hmacSweeps] = sweepsOf as [Phase[][], Phase[][], Phase[][], Phase[][]];
   const baseline = medianBy(bareRounds, (p) => p.rps);
@@ -384,13 +390,20 @@ try {
   const bareHalf = await paced(`bare node:http at ${halfRate} req/s`, bare.url, "/", signedHeaders, halfRate, seconds, false, bare.pid);
   // Three phases, and the one with the median p99 reported: on this shared 2-core VM one phase's
   // p99 moves by a few milliseconds from run to run (all three are in the report's note).
+  // Each followed by a phase of the durable reference receiver at the same rate (the least a
+  // durable receiver does, with the same client, in the same minutes): the tail the machine and
+  // one group-committed write give before anything of accessd is added.
   const halves: Phase[] = [];
+  const durableHalves: Phase[] = [];
   for (let attempt = 1; attempt <= halfRatePhases; attempt++) {
     const phase = await paced(`HMAC at ${halfRate} req/s (${attempt} of ${halfRatePhases})`, server.url, hmacPath, signedHeaders, halfRate, seconds);
     phase.drainSeconds = await drain(server, "HMAC half rate");
     halves.push(phase);
+    const label = `durable reference receiver at ${halfRate} req/s (${attempt} of ${halfRatePhases})`;
+    durableHalves.push(await paced(label, durableReceiver.url, "/", signedHeaders, halfRate, seconds, false, durableReceiver.pid));
   }
   const half = medianBy(halves, (h) => h.p99);
+  const durableHalf = medianBy(durableHalves, (h) => h.p99);
   // JWT phases send pre-signed tokens: as many as the HMAC rate would send in the phase (capped).
   const jwtRequests = Math.min(Math.round(hmacMax.rps * seconds), 60_000);
   for (const { kid, alg, key } of onlyHmac ? [] : keys) {
@@ -454,7 +467,13 @@ try {
     name: `HMAC latency at half the maximum rate (${halfRate} req/s), p99`,
     value: half.p99,
     unit: "ms",
-    note: `median of ${halves.length} phases of ${seconds} s (p99 ${halves.map((h) => h.p99).join(", ")} ms); p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s, open loop at even intervals on raw keep-alive connections (${pacedConnections} opened and used once before the clock starts), latency from each request's due time; ${body.length}-byte body; drained ${round(half.drainSeconds ?? 0, 2)} s after; the bare node:http server with the same client at the same rate: p50 ${bareHalf.p50} ms, p99 ${bareHalf.p99} ms`,
+    note: `median of ${halves.length} phases of ${seconds} s (p99 ${halves.map((h) => h.p99).join(", ")} ms); p50 ${half.p50} ms; achieved ${round(half.rps, 0)} req/s, open loop at even intervals on raw keep-alive connections (${pacedConnections} opened and used once before the clock starts), latency from each request's due time; ${body.length}-byte body; drained ${round(half.drainSeconds ?? 0, 2)} s after${cpuNote(half)}; the bare node:http server with the same client at the same rate: p50 ${bareHalf.p50} ms, p99 ${bareHalf.p99} ms`,
+  });
+  report({
+    name: `the durable reference receiver at the same rate (${halfRate} req/s), p99`,
+    value: durableHalf.p99,
+    unit: "ms",
+    note: `HMAC check + one group-committed durable INSERT, nothing else; each phase right after one of accessd's above; median of ${durableHalves.length} phases of ${seconds} s (p99 ${durableHalves.map((h) => h.p99).join(", ")} ms); p50 ${durableHalf.p50} ms; achieved ${round(durableHalf.rps, 0)} req/s${cpuNote(durableHalf)}`,
   });
   report({
     name: "executions run to SUCCEEDED (all phases)",
@@ -465,6 +484,7 @@ try {
   const rss = server.peakRssMiB();
   if (rss !== undefined) report({ name: "accessd peak RSS (webhooks bench)", value: round(rss, 1), unit: "MiB" });
 } finally {
+  for (const stop of stopAtEnd) stop();
   await server.stop();
   bare.child.kill("SIGTERM");
   jwks.server.close();
