@@ -104,6 +104,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   metrics.observeExecutionsFinished(() => executionCounts().finished);
   metrics.observeQueueDepth(reusedWhenSlow(() => store.executions.countUnfinished()));
   metrics.observeDroppedLogLines(() => droppedLogLines(log));
+  metrics.observeEventRecords(() => store.webhooks.events.size, () => store.webhooks.events.keysBytes);
   const programs = new ProgramCache();
   const worker = new ExecutionWorker({ store, clock, log, programs, stepDelayMs: config.testStepDelayMs });
   // Secrets at rest (webhook secrets, token signing keys) are sealed under the data key; a key that

@@ -281,6 +281,9 @@ describe("/metrics as webhooks and executions move", () => {
       const before = await scrape(own);
       expect(before).toContain('accessd_automation_executions{state="SUCCEEDED"} 0');
       expect(sample(before, "accessd_webhook_verdicts_total", { reason: "accepted", status: "200" })).toBe(0);
+      expect(sample(before, "accessd_webhook_event_records")).toBe(0);
+      const emptyIndexBytes = sample(before, "accessd_webhook_event_keys_bytes");
+      expect(emptyIndexBytes).toBeGreaterThan(0);
 
       const hook = await createWebhookAutomation(own, { authMethod: "HMAC" });
       const body = JSON.stringify({ user: "u-1" });
@@ -297,6 +300,9 @@ describe("/metrics as webhooks and executions move", () => {
       expect(after).toContain('accessd_automation_executions{state="RUNNING"} 0');
       expect(after).toContain('accessd_automation_executions{state="FAILED"} 0');
       expect(sample(after, "accessd_automation_queue_depth")).toBe(0);
+      // The duplicate check holds the event's (listener, id) pair, in an index no smaller than before.
+      expect(sample(after, "accessd_webhook_event_records")).toBe(1);
+      expect(sample(after, "accessd_webhook_event_keys_bytes")).toBeGreaterThanOrEqual(emptyIndexBytes);
     } finally {
       await own.close();
     }

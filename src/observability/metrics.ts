@@ -40,6 +40,7 @@ export class Metrics {
   private executionsFinishedSource: (() => Readonly<Record<string, number>>) | undefined;
   private queueDepthSource: (() => number) | undefined;
   private droppedLogLinesSource: (() => number) | undefined;
+  private eventRecordsSource: { records: () => number; bytes: () => number } | undefined;
 
   constructor(options: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -101,6 +102,22 @@ export class Metrics {
         this.set(self.queueDepthSource?.() ?? 0);
       },
     });
+    new Gauge({
+      name: "accessd_webhook_event_records",
+      help: "Webhook event records kept for the duplicate check (the (listener, Webhook-Event-Id) pairs of the last ACCESSD_EVENT_RETENTION), each also held in memory.",
+      registers,
+      collect() {
+        this.set(self.eventRecordsSource?.records() ?? 0);
+      },
+    });
+    new Gauge({
+      name: "accessd_webhook_event_keys_bytes",
+      help: "Memory held by the in-memory index of those pairs (it grows and shrinks with them).",
+      registers,
+      collect() {
+        this.set(self.eventRecordsSource?.bytes() ?? 0);
+      },
+    });
     new Counter({
       name: "accessd_log_lines_dropped_total",
       help: "Log lines dropped: stdout was not read fast enough (the lines held for it reached ACCESSD_LOG_BUFFER_MIB), or their write failed.",
@@ -153,6 +170,11 @@ export class Metrics {
   /** Where scrapes read the number of executions waiting or running. */
   observeQueueDepth(source: () => number): void {
     this.queueDepthSource = source;
+  }
+
+  /** Where scrapes read how many event records the duplicate check holds, and the bytes of its index. */
+  observeEventRecords(records: () => number, bytes: () => number): void {
+    this.eventRecordsSource = { records, bytes };
   }
 
   /** Where scrapes read how many log lines were dropped since start. */

@@ -53,6 +53,11 @@ export class WebhookEventsRepository {
     return this.keys.size;
   }
 
+  /** The bytes the in-memory index of the pairs holds. */
+  get keysBytes(): number {
+    return this.keys.bytes;
+  }
+
   /**
    * The index, read on first use. Every method takes it before its statement runs, so the read
    * sees no change of its own transaction: only this repository writes event records.
