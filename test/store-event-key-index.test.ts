@@ -209,6 +209,34 @@ describe("the event records' in-memory index follows the store's transactions", 
     await store.close();
   });
 
+  it("holds a pair two legacy rows record (ids of different case) until the last of them expires, also across a rollback", async () => {
+    // Before event ids were lower-cased, `ABC…` and `abc…` could be recorded as two events.
+    const store = Store.open(":memory:");
+    const eventId = randomUUID();
+    const insertRow = store.db.prepare(
+      "INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, ?, ?)",
+    );
+    insertRow.run("l", eventId.toUpperCase(), 1_000, "e1");
+    insertRow.run("l", eventId, 2_000, "e2");
+    const events = store.webhooks.events;
+    expect(events.readKeys()).toBe(1);
+    // The older row expires in a transaction rolled back, then for good: the newer one still holds the pair.
+    expect(() =>
+      store.transaction(() => {
+        expect(events.deleteReceivedBefore(1_500, 100)).toBe(1);
+        throw new Error("rolled back");
+      }),
+    ).toThrow("rolled back");
+    expect(store.transaction(() => events.deleteReceivedBefore(1_500, 100))).toBe(1);
+    expect(events.has("l", eventId)).toBe(true);
+    expect(store.transaction(() => accept(store, eventId))).toBe(false);
+    // The newer row expires: the id is free.
+    expect(store.transaction(() => events.deleteReceivedBefore(2_500, 100))).toBe(1);
+    expect(events.has("l", eventId)).toBe(false);
+    expect(store.transaction(() => accept(store, eventId))).toBe(true);
+    await store.close();
+  });
+
   it("is rebuilt from the table when the store opens again", async () => {
     const dir = mkdtempSync(join(tmpdir(), "accessd-event-keys-"));
     try {

@@ -16,6 +16,12 @@ import { EventKeyIndex, isUuid } from "./event-key-index.js";
  */
 export class WebhookEventsRepository {
   private keysRead: EventKeyIndex | undefined;
+  /**
+   * Pairs that more than one row records, and how many rows beyond the first: only in a database
+   * written before event ids were lower-cased, where `ABC…` and `abc…` could be two events (the
+   * index holds them as one pair). Until the last of those rows expires, the pair stays held.
+   */
+  private readonly extraRows = new Map<string, number>();
   private readonly insertStmt;
   private readonly deleteOlderStmt;
   private readonly allPairsStmt;
@@ -67,7 +73,9 @@ export class WebhookEventsRepository {
       const keys = new EventKeyIndex();
       // Stage 4 accepts UUIDs only; a row with any other id (none is written) could never match one.
       for (const [listenerId, eventId] of this.allPairsStmt.iterate()) {
-        if (isUuid(eventId)) keys.add(listenerId, eventId);
+        if (!isUuid(eventId) || keys.add(listenerId, eventId)) continue;
+        const pair = pairKey(listenerId, eventId);
+        this.extraRows.set(pair, (this.extraRows.get(pair) ?? 0) + 1);
       }
       this.keysRead = keys;
     }
@@ -104,11 +112,29 @@ export class WebhookEventsRepository {
   deleteReceivedBefore(cutoff: number, limit: number): number {
     const keys = this.keys;
     let deleted: [string, string][] = [];
+    /** Pairs whose deleted row was not their last (extraRows), taken back on rollback too. */
+    const stillHeld: string[] = [];
     this.whenRolledBack(() => {
       for (const [listenerId, eventId] of deleted) if (isUuid(eventId)) keys.add(listenerId, eventId);
+      for (const pair of stillHeld) this.extraRows.set(pair, (this.extraRows.get(pair) ?? 0) + 1);
     });
     deleted = this.deleteOlderStmt.all(limit, cutoff);
-    for (const [listenerId, eventId] of deleted) keys.delete(listenerId, eventId);
+    for (const [listenerId, eventId] of deleted) {
+      const pair = this.extraRows.size === 0 ? undefined : pairKey(listenerId, eventId);
+      const extra = pair === undefined ? undefined : this.extraRows.get(pair);
+      if (pair === undefined || extra === undefined) {
+        keys.delete(listenerId, eventId);
+        continue;
+      }
+      if (extra === 1) this.extraRows.delete(pair);
+      else this.extraRows.set(pair, extra - 1);
+      stillHeld.push(pair);
+    }
     return deleted.length;
   }
+}
+
+/** A pair as the index sees it: event ids in any case are the same id. */
+function pairKey(listenerId: string, eventId: string): string {
+  return `${listenerId} ${eventId.toLowerCase()}`;
 }
