@@ -46,7 +46,17 @@ export class EventKeyIndex {
 
   /** Adds the pair; false if it was there already. Throws for an event id that is not a UUID. */
   add(listenerId: string, eventId: string): boolean {
-    if (!parseUuid(eventId, this.words)) throw new TypeError(`event ids are UUIDs: ${JSON.stringify(eventId)}`);
+    const added = this.addIfUuid(listenerId, eventId);
+    if (added === undefined) throw new TypeError(`event ids are UUIDs: ${JSON.stringify(eventId)}`);
+    return added;
+  }
+
+  /**
+   * Adds the pair; false if it was there already, undefined (nothing added) for an event id that
+   * is not a UUID: no pair with it can be looked up, so there is nothing to hold.
+   */
+  addIfUuid(listenerId: string, eventId: string): boolean | undefined {
+    if (!parseUuid(eventId, this.words)) return undefined;
     const listener = this.numberOf(listenerId);
     const hash = hashOf(listener, this.words, 0);
     return shardOf(this.shards, hash).add(listener, this.words, hash);
@@ -172,10 +182,10 @@ function hashOf(listener: number, words: Uint32Array, offset: number): number {
   return (h ^ (h >>> 16)) >>> 0;
 }
 
-/** Whether `text` is a UUID (RFC 9562, any version, any case): what the index can hold. */
-export { isUuid };
-
-/** A UUID's 128 bits into `words` (any case: the same UUID); false for anything else. */
+/**
+ * A UUID's 128 bits into `words` (any case: the same UUID); false for anything else (RFC 9562,
+ * any version: what the index can hold).
+ */
 function parseUuid(text: string, words: Uint32Array): boolean {
   if (!isUuid(text)) return false;
   words[0] = parseInt(text.slice(0, 8), 16);

@@ -1,5 +1,5 @@
 import type { Database } from "./database.js";
-import { EventKeyIndex, isUuid } from "./event-key-index.js";
+import { EventKeyIndex } from "./event-key-index.js";
 
 /**
  * The (listener, Webhook-Event-Id) pairs already accepted, in arrival order: the idempotency
@@ -71,11 +71,10 @@ export class WebhookEventsRepository {
   private get keys(): EventKeyIndex {
     if (this.keysRead === undefined) {
       const keys = new EventKeyIndex();
-      // Stage 4 accepts UUIDs only; a row with any other id (none is written) could never match one.
+      // Stage 4 accepts UUIDs only; a row with any other id (none is written) could never match
+      // one, and is skipped (addIfUuid: undefined).
       for (const [listenerId, eventId] of this.allPairsStmt.iterate()) {
-        if (!isUuid(eventId) || keys.add(listenerId, eventId)) continue;
-        const pair = pairKey(listenerId, eventId);
-        this.extraRows.set(pair, (this.extraRows.get(pair) ?? 0) + 1);
+        if (keys.addIfUuid(listenerId, eventId) === false) this.countExtraRow(pairKey(listenerId, eventId), 1);
       }
       this.keysRead = keys;
     }
@@ -115,22 +114,27 @@ export class WebhookEventsRepository {
     /** Pairs whose deleted row was not their last (extraRows), taken back on rollback too. */
     const stillHeld: string[] = [];
     this.whenRolledBack(() => {
-      for (const [listenerId, eventId] of deleted) if (isUuid(eventId)) keys.add(listenerId, eventId);
-      for (const pair of stillHeld) this.extraRows.set(pair, (this.extraRows.get(pair) ?? 0) + 1);
+      for (const [listenerId, eventId] of deleted) keys.addIfUuid(listenerId, eventId);
+      for (const pair of stillHeld) this.countExtraRow(pair, 1);
     });
     deleted = this.deleteOlderStmt.all(limit, cutoff);
     for (const [listenerId, eventId] of deleted) {
       const pair = this.extraRows.size === 0 ? undefined : pairKey(listenerId, eventId);
-      const extra = pair === undefined ? undefined : this.extraRows.get(pair);
-      if (pair === undefined || extra === undefined) {
+      if (pair !== undefined && this.extraRows.has(pair)) {
+        this.countExtraRow(pair, -1);
+        stillHeld.push(pair);
+      } else {
         keys.delete(listenerId, eventId);
-        continue;
       }
-      if (extra === 1) this.extraRows.delete(pair);
-      else this.extraRows.set(pair, extra - 1);
-      stillHeld.push(pair);
     }
     return deleted.length;
+  }
+
+  /** Adds `by` to the pair's count of rows beyond its first, forgetting the pair at 0. */
+  private countExtraRow(pair: string, by: 1 | -1): void {
+    const count = (this.extraRows.get(pair) ?? 0) + by;
+    if (count === 0) this.extraRows.delete(pair);
+    else this.extraRows.set(pair, count);
   }
 }
 
