@@ -9,7 +9,7 @@ import { EventKeyIndex } from "./event-key-index.js";
  * unique index in the file (migration 011 dropped it: bench/README.md). The index is read from
  * the rows on first need, so after a crash it holds exactly the pairs committed (the server reads
  * it before it listens, `readKeys`; a command that never touches event records, such as
- * `bootstrap`, never reads it: 2 s and 40-80 MiB for a million and a half records); every insert
+ * `bootstrap`, never reads it: 1.8 s and 40-80 MiB for a million and a half records); every insert
  * and delete here changes it in the same step, and a transaction or savepoint rolled back takes
  * the change back with it (`whenRolledBack`). That holds as long as only this repository,
  * on this connection, writes event records: the serving lock keeps a second server off the file.
