@@ -255,3 +255,39 @@ describe("ExecutionsRepository.listAfter", () => {
     }
   });
 });
+
+/**
+ * Deleting an automation keeps the versions its executions still name (so those can finish and
+ * be read), found without an (automation_id) index of the executions (migration 012): the
+ * finished ones through their state index, the unfinished ones in the worker's queue.
+ */
+describe("AutomationsRepository.delete", () => {
+  it("keeps the versions a finished or unfinished execution names, and only those", () => {
+    const { store, automationId } = storeWithAutomation();
+    const [template] = store.automations.listAfter(undefined, 1);
+    if (template === undefined) throw new Error("no automation");
+    const otherId = newId();
+    const execute = (owner: string, end?: "SUCCEEDED" | "FAILED", running = false) => {
+      const id = newId();
+      store.executions.insertPending({ id, automationId: owner, trigger: {}, eventId: "", now: 1 });
+      if (running) store.executions.markRunning(id, 1);
+      if (end !== undefined) store.executions.finish(id, end, "", 1);
+    };
+    store.transaction(() => {
+      store.automations.insert({ ...template, id: otherId });
+      execute(automationId, "SUCCEEDED"); // version 1
+      for (let version = 2; version <= 6; version++) {
+        store.automations.update({ ...template, version, updatedAt: version });
+        if (version === 2) execute(automationId, "FAILED");
+        if (version === 3) execute(automationId);
+        if (version === 4) execute(automationId, undefined, true);
+        // version 5: no execution of this automation; another automation's execution of its own version 1
+        if (version === 5) execute(otherId, "SUCCEEDED");
+      }
+      expect(store.automations.delete(automationId)).toBe(true);
+    });
+    const kept = [1, 2, 3, 4, 5, 6].filter((version) => store.automations.versionSteps(automationId, version) !== undefined);
+    expect(kept).toEqual([1, 2, 3, 4]);
+    expect(store.automations.versionSteps(otherId, 1)).toBeDefined();
+  });
+});

@@ -188,6 +188,34 @@ describe("migration 011 (event records without a unique index in the file)", () 
   });
 });
 
+describe("migration 012 (executions without their (automation_id, id) index)", () => {
+  it("drops the index, and an automation's executions stored before it are still listed in id order, every state", async () => {
+    await withDatabaseFile(async (path) => {
+      const before = new BetterSqlite3(path);
+      applyMigrations(before, migrations.filter((m) => m.version < 12));
+      const execution = before.prepare(
+        `INSERT INTO automation_executions (id, automation_id, automation_version, state, trigger, event_id, error, created_at)
+         VALUES (?, ?, 1, ?, '{}', '', '', 1)`,
+      );
+      const states = ["SUCCEEDED", "PENDING", "FAILED", "RUNNING", "SUCCEEDED", "FAILED"];
+      states.forEach((state, i) => execution.run(`e${i}`, "a", state));
+      execution.run("e9", "b", "PENDING");
+      before.close();
+
+      const store = Store.open(path);
+      try {
+        const index = store.db.prepare("SELECT name FROM sqlite_schema WHERE name = 'automation_executions_by_automation'").pluck().get();
+        expect(index).toBeUndefined();
+        const page = (after: string | undefined) => store.executions.listAfter({ automationId: "a", state: undefined }, after, 4);
+        expect(page(undefined).map((e) => [e.id, e.state])).toEqual(states.slice(0, 4).map((state, i) => [`e${i}`, state]));
+        expect(page("e3").map((e) => e.id)).toEqual(["e4", "e5"]);
+      } finally {
+        await store.close();
+      }
+    });
+  });
+});
+
 describe("a database migrated by a newer accessd", () => {
   it("is not opened: the error names the migrations this build does not know, and the file is left as it was", async () => {
     await withDatabaseFile(async (path) => {

@@ -79,6 +79,21 @@ describe("store query plans", () => {
     expect(claim?.unbounded).toBe(false);
   });
 
+  it("an automation's executions are read from the finished executions' state index and the queue, with no index of their own", () => {
+    const plans = preparedStatementPlans().filter(({ sql }) => /FROM automation_executions .*WHERE automation_id = \?/.test(sql));
+    expect(plans.map(({ plan }) => plan)).toEqual([
+      ["SEARCH automation_executions USING INDEX automation_executions_finished_by_automation_state (automation_id=? AND state=? AND id>?)"],
+      ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>?)"],
+      ["SEARCH automation_executions USING INDEX automation_executions_finished_by_automation_state (automation_id=? AND state=? AND id>?)"],
+      ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>?)"],
+    ]);
+    const store = Store.open(":memory:");
+    const indexes = store.db.prepare("SELECT name FROM pragma_index_list('automation_executions') ORDER BY name").pluck().all();
+    void store.close();
+    // One entry per accepted webhook in each: the primary key, the queue (until it ends).
+    expect(indexes).toEqual(["automation_executions_finished_by_automation_state", "automation_executions_finished_by_state", "automation_executions_unfinished", "sqlite_autoindex_automation_executions_1"]);
+  });
+
   it("housekeeping finds the automations with deliveries by index searches, not by reading every delivery", () => {
     const automations = preparedStatementPlans().find(({ sql }) => sql.includes("min(automation_id) FROM webhook_deliveries"));
     expect(automations?.plan).toContain("SEARCH webhook_deliveries USING PRIMARY KEY (automation_id>?)");

@@ -93,9 +93,14 @@ export class AutomationsRepository {
       "UPDATE automations SET published = ?, trigger_enabled = ?, updated_at = ? WHERE id = ?",
     );
     this.deleteStmt = db.prepare<[string]>("DELETE FROM automations WHERE id = ?");
+    // Executions have no (automation_id) index of their own (migration 012): the finished ones are
+    // found through their (automation_id, state, id) index, the unfinished ones in the worker's queue.
     this.deleteUnusedVersionsStmt = db.prepare<{ id: string }>(
-      `DELETE FROM automation_versions AS v WHERE v.automation_id = :id AND NOT EXISTS (
-         SELECT 1 FROM automation_executions e WHERE e.automation_id = :id AND e.automation_version = v.version)`,
+      `DELETE FROM automation_versions AS v WHERE v.automation_id = :id
+       AND NOT EXISTS (SELECT 1 FROM automation_executions e
+         WHERE e.automation_id = :id AND e.state IN ('SUCCEEDED', 'FAILED') AND e.automation_version = v.version)
+       AND NOT EXISTS (SELECT 1 FROM automation_executions e INDEXED BY automation_executions_unfinished
+         WHERE e.state IN ('PENDING', 'RUNNING') AND e.automation_id = :id AND e.automation_version = v.version)`,
     );
     this.versionStepsStmt = db
       .prepare<[string, number], string>("SELECT steps FROM automation_versions WHERE automation_id = ? AND version = ?")

@@ -166,9 +166,19 @@ export class ExecutionsRepository {
     this.pageAll = db.prepare<[string, number], SummaryRow>(
       `SELECT ${summaryColumns} FROM automation_executions WHERE id > ? ORDER BY id LIMIT ?`,
     );
-    this.pageByAutomation = db.prepare<[string, string, number], SummaryRow>(
-      `SELECT ${summaryColumns} FROM automation_executions WHERE automation_id = ? AND id > ? ORDER BY id LIMIT ?`,
-    );
+    // An automation's executions have no index of their own (migration 012): its page is merged
+    // from its finished ones of each state (their (automation_id, state, id) index) and its
+    // unfinished ones (the worker's queue), each read in id order up to the page's length.
+    this.pageByAutomation = {
+      finished: db.prepare<[string, string, string, number], SummaryRow>(
+        `SELECT ${summaryColumns} FROM automation_executions WHERE automation_id = ? AND state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
+         ORDER BY id LIMIT ?`,
+      ),
+      unfinished: db.prepare<[string, string, number], SummaryRow>(
+        `SELECT ${summaryColumns} FROM automation_executions INDEXED BY automation_executions_unfinished
+         WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND id > ? ORDER BY id LIMIT ?`,
+      ),
+    };
     // States split in two (migration 005): finished executions are in the (state, id) indexes,
     // unfinished ones only in the worker's queue index. Each statement names its half with the
     // very term of its index's WHERE, so that SQLite may use the partial index.
@@ -397,9 +407,21 @@ export class ExecutionsRepository {
           ? this.pageAll.all(from, limit)
           : this.pageByState[half(state)].all(state, from, limit)
         : state === undefined
-          ? this.pageByAutomation.all(automationId, from, limit)
+          ? this.pageOfAutomation(automationId, from, limit)
           : this.pageByAutomationAndState[half(state)].all(automationId, state, from, limit);
     return rows.map(toSummary);
+  }
+
+  /** One automation's executions after `from`, every state, in id order (see the constructor). */
+  private pageOfAutomation(automationId: string, from: string, limit: number): SummaryRow[] {
+    const { finished, unfinished } = this.pageByAutomation;
+    const rows = [
+      ...finished.all(automationId, "SUCCEEDED", from, limit),
+      ...finished.all(automationId, "FAILED", from, limit),
+      ...unfinished.all(automationId, from, limit),
+    ];
+    // Ids are unique across the three reads (one synchronous snapshot: no write comes between them).
+    return rows.sort((a, b) => (a.id < b.id ? -1 : 1)).slice(0, limit);
   }
 }
 

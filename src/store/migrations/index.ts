@@ -9,6 +9,7 @@ import { finishEarly005Schema } from "./008-finish-early-005.js";
 import { clientTokenAddressesSchema } from "./009-client-token-addresses.js";
 import { dropSecretsOfNonHmacTriggersSchema } from "./010-drop-secrets-of-non-hmac-triggers.js";
 import { eventKeysInMemorySchema } from "./011-event-keys-in-memory.js";
+import { executionsWithoutAutomationIndexSchema } from "./012-executions-without-automation-index.js";
 import type { Database } from "../database.js";
 
 /** A numbered schema change. Numbers are never reused; a shipped migration is never edited. */
@@ -32,4 +33,5 @@ export const migrations: readonly Migration[] = [
   clientTokenAddressesSchema,
   dropSecretsOfNonHmacTriggersSchema,
   eventKeysInMemorySchema,
+  executionsWithoutAutomationIndexSchema,
 ];
