@@ -23,7 +23,9 @@
  * after each phase the bench waits until every one has SUCCEEDED (read from /metrics) and reports
  * that drain time, so the figures cannot hide work left undone. Any non-200 answer fails the bench.
  * Reports req/s and the ratio to the bare server, latencies, drain times and the server's peak RSS.
- * BENCH_DURATION sets the seconds of every phase (8, and 5 in the rounds).
+ * BENCH_DURATION sets the seconds of every phase (8, and 5 in the rounds); BENCH_HALF_RATE fixes
+ * the paced phases' rate (req/s) instead of half the maximum measured, to compare two builds at one
+ * rate (their server CPU a request and p99, bench/README.md).
  *
  * Run with `npm run bench -- webhooks` or `npx tsx bench/webhooks.ts`; BENCH_ONLY=hmac skips JWT.
  */
@@ -58,6 +60,8 @@ const seconds = phaseSeconds(8);
 const onlyHmac = process.env.BENCH_ONLY === "hmac";
 /** Paced phases at half the maximum HMAC rate; the median p99 is reported. */
 const halfRatePhases = 3;
+/** BENCH_HALF_RATE: the paced phases' rate instead of half the measured maximum (to compare two builds at one rate). */
+const fixedHalfRate = process.env.BENCH_HALF_RATE === undefined ? undefined : Number(process.env.BENCH_HALF_RATE);
 /** Connections the paced client opens before each half-rate phase (more open if all are busy). */
 const pacedConnections = 64;
 /** Rounds of the maximum-rate phases (bare server, reference receivers, accessd); medians reported. */
@@ -373,7 +377,7 @@ try {
   /** Per-round ratios of a contender's rate to another's (the bare server's by default). */
   const ratios = (rounds: Phase[], to: Phase[] = bareRounds) => rounds.map((p, i) => p.rps / to[i]!.rps);
   const phases: Phase[] = [];
-  const halfRate = Math.round(hmacMax.rps / 2);
+  const halfRate = fixedHalfRate ?? Math.round(hmacMax.rps / 2);
   progress(`HMAC at half that rate (${halfRate} req/s), ${seconds}s...`);
   const hmacPath = pathOf(hmac.listenerId);
   const signedHeaders = () => {
