@@ -19,6 +19,13 @@ async function withDatabaseFile(test: (path: string) => Promise<void>): Promise<
   }
 }
 
+/** A database file as a build that knew the migrations before `version` left it. */
+function migratedBefore(path: string, version: number): BetterSqlite3.Database {
+  const db = new BetterSqlite3(path);
+  applyMigrations(db, migrations.filter((m) => m.version < version));
+  return db;
+}
+
 /** Event ids as senders send them (stage 4 accepts UUID v4 only). */
 const [ev, ev1, ev2, ev3] = [randomUUID(), randomUUID(), randomUUID(), randomUUID()];
 
@@ -26,8 +33,7 @@ const [ev, ev1, ev2, ev3] = [randomUUID(), randomUUID(), randomUUID(), randomUUI
 describe("migration 005 (finished-only state indexes, delivery log by automation, event records in arrival order)", () => {
   it("keeps the executions, deliveries and event records of a database made before it", async () => {
     await withDatabaseFile(async (path) => {
-      const before = new BetterSqlite3(path);
-      applyMigrations(before, migrations.filter((m) => m.version < 5));
+      const before = migratedBefore(path, 5);
       before
         .prepare("INSERT INTO automations (id, display_name, description, trigger, published, trigger_enabled, version, created_at, updated_at) VALUES ('a', 'a', '', '{}', 0, 0, 1, 0, 0)")
         .run();
@@ -136,8 +142,7 @@ describe("migration 008 (migration 005 finished on databases an early build of i
 describe("migration 010 (the HMAC secrets of triggers that are no longer HMAC)", () => {
   it("drops the secrets an earlier build left behind when a trigger became manual or JWT, and keeps those of HMAC listeners", async () => {
     await withDatabaseFile(async (path) => {
-      const before = new BetterSqlite3(path);
-      applyMigrations(before, migrations.filter((m) => m.version < 10));
+      const before = migratedBefore(path, 10);
       const automation = before.prepare(
         "INSERT INTO automations (id, display_name, description, trigger, published, trigger_enabled, version, created_at, updated_at) VALUES (?, ?, '', ?, 0, 0, 1, 0, 0)",
       );
@@ -161,8 +166,7 @@ describe("migration 010 (the HMAC secrets of triggers that are no longer HMAC)",
 describe("migration 011 (event records without a unique index in the file)", () => {
   it("drops the index, and the records stored before it still make their events duplicates", async () => {
     await withDatabaseFile(async (path) => {
-      const before = new BetterSqlite3(path);
-      applyMigrations(before, migrations.filter((m) => m.version < 11));
+      const before = migratedBefore(path, 11);
       const recordEvent = before.prepare("INSERT INTO webhook_events (listener_id, event_id, received_at, execution_id) VALUES (?, ?, 5, 'x')");
       recordEvent.run("l", ev1);
       recordEvent.run("l", ev2.toUpperCase()); // recorded by a build before ids were lower-cased
@@ -191,8 +195,7 @@ describe("migration 011 (event records without a unique index in the file)", () 
 describe("migration 012 (executions without their (automation_id, id) index)", () => {
   it("drops the index, and an automation's executions stored before it are still listed in id order, every state", async () => {
     await withDatabaseFile(async (path) => {
-      const before = new BetterSqlite3(path);
-      applyMigrations(before, migrations.filter((m) => m.version < 12));
+      const before = migratedBefore(path, 12);
       const execution = before.prepare(
         `INSERT INTO automation_executions (id, automation_id, automation_version, state, trigger, event_id, error, created_at)
          VALUES (?, ?, 1, ?, '{}', '', '', 1)`,
