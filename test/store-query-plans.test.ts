@@ -92,7 +92,8 @@ describe("store query plans", () => {
     const plans = preparedStatementPlans().filter(({ sql }) => /FROM automation_executions .*WHERE automation_id = \?/.test(sql));
     expect(plans.map(({ plan }) => plan)).toEqual([
       ["SEARCH automation_executions USING INDEX automation_executions_finished_by_automation_state (automation_id=? AND state=? AND id>?)"],
-      ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>?)"],
+      // The page's walk of the queue ends below its last finished execution (pageOfAutomation).
+      ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>? AND id<?)"],
       ["SEARCH automation_executions USING INDEX automation_executions_finished_by_automation_state (automation_id=? AND state=? AND id>?)"],
       ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>?)"],
     ]);

@@ -174,9 +174,11 @@ export class ExecutionsRepository {
         `SELECT ${summaryColumns} FROM automation_executions WHERE automation_id = ? AND state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
          ORDER BY id LIMIT ?`,
       ),
-      unfinished: db.prepare<[string, string, number], SummaryRow>(
+      // Between two ids: the queue holds every automation's unfinished executions, so the walk
+      // stops where the page's finished executions already fill it (see pageOfAutomation).
+      unfinished: db.prepare<[string, string, string, number], SummaryRow>(
         `SELECT ${summaryColumns} FROM automation_executions INDEXED BY automation_executions_unfinished
-         WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND id > ? ORDER BY id LIMIT ?`,
+         WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND id > ? AND id < ? ORDER BY id LIMIT ?`,
       ),
     };
     // States split in two (migration 005): finished executions are in the (state, id) indexes,
@@ -251,7 +253,7 @@ export class ExecutionsRepository {
    */
   countByState(): Record<ExecutionState, number> {
     // Every execution up to the one before the oldest unfinished is finished.
-    const throughId = this.newestIdBeforeStmt.get(this.oldestUnfinishedIdStmt.get() ?? "\u{10FFFF}") ?? "";
+    const throughId = this.newestIdBeforeStmt.get(this.oldestUnfinishedIdStmt.get() ?? afterEveryId) ?? "";
     let settled = this.settled;
     if (settled !== undefined && throughId > settled.throughId && !this.db.inTransaction) {
       const counts = { ...settled.counts };
@@ -412,18 +414,28 @@ export class ExecutionsRepository {
     return rows.map(toSummary);
   }
 
-  /** One automation's executions after `from`, every state, in id order (see the constructor). */
+  /**
+   * One automation's executions after `from`, every state, in id order (see the constructor). The
+   * finished ones are read first: when they fill the page, an unfinished execution can only be on
+   * it with an id below the page's last finished one, so the walk of the worker's queue (every
+   * automation's unfinished executions, a million of them when the worker is far behind) stops
+   * there instead of at the queue's end.
+   */
   private pageOfAutomation(automationId: string, from: string, limit: number): SummaryRow[] {
     const { finished, unfinished } = this.pageByAutomation;
-    const rows = [
+    const byId = (a: SummaryRow, b: SummaryRow) => (a.id < b.id ? -1 : 1);
+    const finishedRows = [
       ...finished.all(automationId, "SUCCEEDED", from, limit),
       ...finished.all(automationId, "FAILED", from, limit),
-      ...unfinished.all(automationId, from, limit),
-    ];
-    // Ids are unique across the three reads (one synchronous snapshot: no write comes between them).
-    return rows.sort((a, b) => (a.id < b.id ? -1 : 1)).slice(0, limit);
+    ].sort(byId);
+    const below = finishedRows.length >= limit ? (finishedRows[limit - 1]?.id ?? afterEveryId) : afterEveryId;
+    // Ids are unique across the reads (one synchronous snapshot: no write comes between them).
+    return [...finishedRows, ...unfinished.all(automationId, from, below, limit)].sort(byId).slice(0, limit);
   }
 }
+
+/** Above every execution id (UUIDs are ASCII): the open end of an id range. */
+const afterEveryId = "\u{10FFFF}";
 
 function isFinished(state: ExecutionState): boolean {
   return state === "SUCCEEDED" || state === "FAILED";
