@@ -91,9 +91,9 @@ describe("store query plans", () => {
   it("an automation's executions are read from the finished executions' state index and the queue, with no index of their own", () => {
     const plans = preparedStatementPlans().filter(({ sql }) => /FROM automation_executions .*WHERE automation_id = \?/.test(sql));
     expect(plans.map(({ plan }) => plan)).toEqual([
-      ["SEARCH automation_executions USING INDEX automation_executions_finished_by_automation_state (automation_id=? AND state=? AND id>?)"],
-      // The page's walk of the queue ends below its last finished execution (pageOfAutomation).
+      // Every state: the page's walk of the queue ends below its last finished execution (pageOfAutomation).
       ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>? AND id<?)"],
+      // One state: finished (also read for every state), or unfinished.
       ["SEARCH automation_executions USING INDEX automation_executions_finished_by_automation_state (automation_id=? AND state=? AND id>?)"],
       ["SEARCH automation_executions USING INDEX automation_executions_unfinished (id>?)"],
     ]);

@@ -108,7 +108,7 @@ export class ExecutionsRepository {
   private readonly stepsStmt;
   private readonly stepSummariesOfManyStmt;
   private readonly pageAll;
-  private readonly pageByAutomation;
+  private readonly unfinishedOfAutomationBetween;
   private readonly pageByState;
   private readonly pageByAutomationAndState;
   private readonly countFinishedByStateStmt;
@@ -167,20 +167,14 @@ export class ExecutionsRepository {
       `SELECT ${summaryColumns} FROM automation_executions WHERE id > ? ORDER BY id LIMIT ?`,
     );
     // An automation's executions have no index of their own (migration 012): its page is merged
-    // from its finished ones of each state (their (automation_id, state, id) index) and its
-    // unfinished ones (the worker's queue), each read in id order up to the page's length.
-    this.pageByAutomation = {
-      finished: db.prepare<[string, string, string, number], SummaryRow>(
-        `SELECT ${summaryColumns} FROM automation_executions WHERE automation_id = ? AND state IN ('SUCCEEDED', 'FAILED') AND state = ? AND id > ?
-         ORDER BY id LIMIT ?`,
-      ),
-      // Between two ids: the queue holds every automation's unfinished executions, so the walk
-      // stops where the page's finished executions already fill it (see pageOfAutomation).
-      unfinished: db.prepare<[string, string, string, number], SummaryRow>(
-        `SELECT ${summaryColumns} FROM automation_executions INDEXED BY automation_executions_unfinished
-         WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND id > ? AND id < ? ORDER BY id LIMIT ?`,
-      ),
-    };
+    // from its finished ones of each state (pageByAutomationAndState.finished) and its unfinished
+    // ones, read from the worker's queue between two ids: the queue holds every automation's
+    // unfinished executions, so the walk stops where the page's finished ones already fill it
+    // (pageOfAutomation).
+    this.unfinishedOfAutomationBetween = db.prepare<[string, string, string, number], SummaryRow>(
+      `SELECT ${summaryColumns} FROM automation_executions INDEXED BY automation_executions_unfinished
+       WHERE automation_id = ? AND state IN ('PENDING', 'RUNNING') AND id > ? AND id < ? ORDER BY id LIMIT ?`,
+    );
     // States split in two (migration 005): finished executions are in the (state, id) indexes,
     // unfinished ones only in the worker's queue index. Each statement names its half with the
     // very term of its index's WHERE, so that SQLite may use the partial index.
@@ -422,15 +416,16 @@ export class ExecutionsRepository {
    * there instead of at the queue's end.
    */
   private pageOfAutomation(automationId: string, from: string, limit: number): SummaryRow[] {
-    const { finished, unfinished } = this.pageByAutomation;
+    const { finished } = this.pageByAutomationAndState;
     const byId = (a: SummaryRow, b: SummaryRow) => (a.id < b.id ? -1 : 1);
     const finishedRows = [
       ...finished.all(automationId, "SUCCEEDED", from, limit),
       ...finished.all(automationId, "FAILED", from, limit),
     ].sort(byId);
     const below = finishedRows.length >= limit ? (finishedRows[limit - 1]?.id ?? afterEveryId) : afterEveryId;
+    const unfinishedRows = this.unfinishedOfAutomationBetween.all(automationId, from, below, limit);
     // Ids are unique across the reads (one synchronous snapshot: no write comes between them).
-    return [...finishedRows, ...unfinished.all(automationId, from, below, limit)].sort(byId).slice(0, limit);
+    return [...finishedRows, ...unfinishedRows].sort(byId).slice(0, limit);
   }
 }
 
