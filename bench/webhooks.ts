@@ -339,8 +339,11 @@ try {
     ["reference receiver, HMAC check only", undefined],
     ["reference receiver, HMAC check + one durable INSERT (group commit)", join(dir, "reference.db")],
   ] as const) {
-    receivers.push({ label, ...(await startReferenceReceiver(hmac.secret, database)) });
+    const receiver = { label, ...(await startReferenceReceiver(hmac.secret, database)) };
+    receivers.push(receiver);
+    stopAtEnd.push(() => receiver.child.kill("SIGTERM"));
   }
+  const [hmacOnlyReceiver, durableReceiver] = [receivers[0]!, receivers[1]!];
   const contenders = [
     { label: "bare node:http 200", url: bare.url, path: "/", pid: bare.pid, accessd: false },
     ...receivers.map((r) => ({ label: r.label, url: r.url, path: "/", pid: r.pid, accessd: false })),
@@ -365,11 +368,10 @@ try {
       }
     }
   } finally {
-    // The durable one also runs the half-load phases below; stopped with the others at the end.
-    for (const receiver of receivers) if (receiver !== receivers[1]) receiver.child.kill("SIGTERM");
+    // The durable one also runs the half-load phases below; every receiver is stopped at the end,
+    // however the bench ends (stopAtEnd).
+    hmacOnlyReceiver.child.kill("SIGTERM");
   }
-  const durableReceiver = receivers[1]!;
-  stopAtEnd.push(() => durableReceiver.child.kill("SIGTERM"));
   const [bareRounds, hmacOnlyRounds, durableRounds, hmacRounds] = sweepsOf.map(atBestLevel) as [Phase[], Phase[], Phase[], Phase[]];
   const [bareSweeps, hmacOnlySweeps, durableSweeps, hmacSweeps] = sweepsOf as [Phase[][], Phase[][], Phase[][], Phase[][]];
   const baseline = medianBy(bareRounds, (p) => p.rps);

@@ -51,7 +51,7 @@ export class WebhookEventsRepository {
    * are. The server calls it before it listens, so that no webhook waits for the read.
    */
   readKeys(): number {
-    return this.keys.size;
+    return this.size;
   }
 
   /** How many pairs are recorded. */
