@@ -142,6 +142,8 @@ function inject(fault: Fault): Outcome {
       writeFileSync(path, text.replace(edit.find, edit.replace));
     }
     const run = spawnSync("npx", ["vitest", "run", fault.test], { cwd: dir, encoding: "utf8", timeout: 10 * 60_000 });
+    if (run.signal === "SIGINT" || run.status === 130) interrupted = true;
+    if (interrupted) return { fault, verdict: "did not run", detail: ["interrupted"] };
     const output = plain(`${run.stdout}\n${run.stderr}`).split("\n");
     const failed = output.filter((line) => /^\s*×/.test(line)).map((line) => line.trim());
     const summary = output.find((line) => /^\s*Tests\s/.test(line))?.trim() ?? "(no test summary: the run did not get to its tests)";
@@ -157,6 +159,10 @@ function inject(fault: Fault): Outcome {
   }
 }
 
+// Ctrl-C reaches the test run too (one process group): the fault's worktree is removed, then the script stops.
+let interrupted = false;
+process.on("SIGINT", () => {});
+
 const names = process.argv.slice(2);
 const unknown = names.filter((name) => !faults.some((fault) => fault.name === name));
 if (unknown.length > 0) {
@@ -171,6 +177,7 @@ for (const fault of chosen) {
   const outcome = inject(fault);
   allCaught &&= outcome.verdict === "caught";
   process.stdout.write(`${outcome.verdict}\n${outcome.detail.map((line) => `    ${line}`).join("\n")}\n`);
+  if (interrupted) process.exit(130);
 }
 process.stdout.write(allCaught ? "\nEvery fault was caught.\n" : "\nSome fault was not caught (see above).\n");
 process.exit(allCaught ? 0 : 1);
