@@ -8,10 +8,11 @@
  *   npx tsx scripts/inject-faults.ts [name ...]      all faults by default; about a minute each
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { stripVTControlCharacters } from "node:util";
 
 interface Edit {
   file: string;
@@ -120,9 +121,6 @@ const git = (args: string[], cwd = root) => {
   return result.stdout.trim();
 };
 
-/** Strips the terminal colours vitest writes. */
-const plain = (text: string) => text.replace(/\u001b\[[0-9;]*m/g, "");
-
 interface Outcome {
   fault: Fault;
   verdict: "caught" | "NOT CAUGHT" | "code moved" | "did not run";
@@ -130,8 +128,7 @@ interface Outcome {
 }
 
 function inject(fault: Fault): Outcome {
-  const dir = mkdtempSync(join(tmpdir(), `accessd-fault-${fault.name}-`));
-  rmSync(dir, { recursive: true });
+  const dir = mkdtempSync(join(tmpdir(), `accessd-fault-${fault.name}-`)); // empty: git adds the worktree in it
   git(["worktree", "add", "--detach", "--quiet", dir, "HEAD"]);
   try {
     symlinkSync(join(root, "node_modules"), join(dir, "node_modules"));
@@ -144,7 +141,7 @@ function inject(fault: Fault): Outcome {
     const run = spawnSync("npx", ["vitest", "run", fault.test], { cwd: dir, encoding: "utf8", timeout: 10 * 60_000 });
     if (run.signal === "SIGINT" || run.status === 130) interrupted = true;
     if (interrupted) return { fault, verdict: "did not run", detail: ["interrupted"] };
-    const output = plain(`${run.stdout}\n${run.stderr}`).split("\n");
+    const output = stripVTControlCharacters(`${run.stdout}\n${run.stderr}`).split("\n");
     const failed = output.filter((line) => /^\s*×/.test(line)).map((line) => line.trim());
     const summary = output.find((line) => /^\s*Tests\s/.test(line))?.trim() ?? "(no test summary: the run did not get to its tests)";
     // What the failing assertion said: the crash test's lost and doubled events, the answers of 500.
