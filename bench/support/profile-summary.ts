@@ -37,6 +37,7 @@ if (rest[0] === "--under" && under === undefined) throw new Error(usage);
 process.stdout.on("error", () => process.exit(0)); // piped into head
 const top = under === undefined ? Number(rest[0] ?? 30) : 0;
 const depth = under === undefined ? 0 : Number(rest[2] ?? 3);
+if (!Number.isInteger(top) || !Number.isInteger(depth) || top < 0 || depth < 0) throw new Error(usage);
 const profile = JSON.parse(readFileSync(file, "utf8")) as Profile;
 
 const byId = new Map(profile.nodes.map((n) => [n.id, n]));
@@ -106,7 +107,7 @@ console.log("\nby package / file:");
 for (const [place, us] of [...places].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`  ${pct(us)}  ${place}`);
 
 /** Time spent in a node and everything it called. */
-function inclusiveUs(node: ProfileNode, memo = new Map<number, number>()): number {
+function inclusiveUs(node: ProfileNode, memo: Map<number, number>): number {
   const known = memo.get(node.id);
   if (known !== undefined) return known;
   let us = selfUs.get(node.id) ?? 0;
