@@ -9,8 +9,10 @@
  * 2. Add-owner throughput on one server over REST (autocannon, HTTP/1.1), gRPC (a raw HTTP/2 loop
  *    and @grpc/grpc-js, h2c) and Connect JSON (autocannon), each against the same client on a
  *    no-op Add served by the same stack (bench/support/noop-server.ts: our HttpServer, Connect
- *    router and REST transcoder, no interceptors, no store), as a ratio; plus two floors for
- *    scale: /healthz (HTTP stack only) and a Connect Add refused before the store.
+ *    router and REST transcoder, no interceptors, no store), as a ratio, with each server's CPU
+ *    time per request in the phase (from /proc: when the client is the bound, as it can be for
+ *    the gRPC loops, the rates say little and the CPU a request tells the servers apart); plus
+ *    two floors for scale: /healthz (HTTP stack only) and a Connect Add refused before the store.
  * 3. The server's peak RSS.
  *
  * Run with `npm run bench` (all benches) or `npx tsx bench/api.ts`.
@@ -33,7 +35,7 @@ import {
 import { listingFingerprint, PageTokenCodec } from "../src/pagination/index.js";
 import { newId } from "../src/store/ids.js";
 import { Store } from "../src/store/store.js";
-import { startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
+import { procCpuSeconds, startAccessdProcess, type AccessdProcess } from "./support/accessd-process.js";
 import { phaseSeconds, progress, report, round } from "./support/report.js";
 
 const entitlementCount = 1_000_000;
@@ -44,7 +46,7 @@ const latencySeconds = phaseSeconds(5);
 const throughputSeconds = phaseSeconds(8);
 
 /** Where a load phase goes: accessd, or the no-op server on the same stack. */
-type Target = Pick<AccessdProcess, "url" | "host" | "port" | "headers">;
+type Target = Pick<AccessdProcess, "url" | "host" | "port" | "headers" | "cpuSeconds">;
 
 /** bench/support/noop-server.ts in its own process (the same stack, a no-op Add). */
 async function startNoopServer(): Promise<Target & { stop(): void }> {
@@ -52,7 +54,15 @@ async function startNoopServer(): Promise<Target & { stop(): void }> {
   const child = spawn(process.execPath, ["--import", "tsx", script], { stdio: ["ignore", "pipe", "inherit"] });
   const [chunk] = (await once(child.stdout, "data")) as [Buffer];
   const port = Number(chunk.toString().trim());
-  return { url: `http://127.0.0.1:${port}`, host: "127.0.0.1", port, headers: {}, stop: () => child.kill("SIGTERM") };
+  const pid = child.pid ?? -1;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    host: "127.0.0.1",
+    port,
+    headers: {},
+    cpuSeconds: () => procCpuSeconds(pid),
+    stop: () => child.kill("SIGTERM"),
+  };
 }
 
 interface Seeded {
@@ -219,8 +229,37 @@ function cyclingBody(userIds: readonly string[], body: (userId: string) => objec
   return (req) => ({ ...req, body: JSON.stringify(body(userIds[i++ % userIds.length] ?? "")) });
 }
 
-function throughputFigure(name: string, rps: number, latencyMs: number, note: string): void {
-  report({ name, value: round(rps, 0), unit: "req/s", note: `${note}; mean latency ${round(latencyMs)} ms` });
+function throughputFigure(name: string, phase: Measured<unknown>, note: string): void {
+  report({ name, value: round(phase.rps, 0), unit: "req/s", note: `${note}; mean latency ${round(phase.meanMs)} ms${cpuNote(phase)}` });
+}
+
+/** A load phase's result with its rate, mean latency and the server's CPU time a request. */
+type Measured<T> = T & {
+  rps: number;
+  meanMs: number;
+  /** The server process's CPU time (all threads) per request answered, in microseconds; undefined off Linux. */
+  cpuUs: number | undefined;
+};
+
+/** Runs a phase and reads the server's CPU time around it (/proc, in 10 ms ticks: a phase of seconds is needed). */
+async function measured<T>(
+  server: Target,
+  run: () => Promise<T>,
+  figures: (result: T) => { rps: number; meanMs: number; requests: number },
+): Promise<Measured<T>> {
+  const cpuBefore = server.cpuSeconds();
+  const result = await run();
+  const cpuAfter = server.cpuSeconds();
+  const { rps, meanMs, requests } = figures(result);
+  const cpuUs = cpuBefore === undefined || cpuAfter === undefined || requests === 0 ? undefined : ((cpuAfter - cpuBefore) * 1e6) / requests;
+  return { ...result, rps, meanMs, cpuUs };
+}
+
+const fromAutocannon = (r: autocannon.Result) => ({ rps: r.requests.average, meanMs: r.latency.mean, requests: r.requests.total });
+const fromLoop = (r: LoopResult) => ({ rps: r.rps, meanMs: r.meanMs, requests: r.done + r.failed });
+
+function cpuNote(phase: { cpuUs: number | undefined }): string {
+  return phase.cpuUs === undefined ? "" : `; server CPU ${round(phase.cpuUs, 0)} us per request`;
 }
 
 async function restAdd(server: Target, s: Seeded, entitlementId: string, seconds: number) {
@@ -265,6 +304,7 @@ function grpcFrame(appId: string, entitlementId: string, userId: string): Buffer
 interface LoopResult {
   rps: number;
   meanMs: number;
+  done: number;
   failed: number;
 }
 
@@ -286,7 +326,7 @@ async function closedLoop(seconds: number, call: () => Promise<boolean>): Promis
   const started = performance.now();
   await Promise.all(Array.from({ length: concurrency }, worker));
   const elapsed = (performance.now() - started) / 1000;
-  return { rps: done / elapsed, meanMs: latencyTotal / Math.max(done + failed, 1), failed };
+  return { rps: done / elapsed, meanMs: latencyTotal / Math.max(done + failed, 1), done, failed };
 }
 
 /** gRPC over one h2c session with hand-framed messages: the lightest client, like autocannon for HTTP/1.1. */
@@ -361,41 +401,45 @@ async function addOwnerThroughput(server: AccessdProcess, s: Seeded): Promise<vo
   await connectAdd(server, s, warmE, 1);
 
   progress(`REST Add owner (${throughputSeconds}s, ${concurrency} connections)...`);
-  const rest = await restAdd(server, s, restE, throughputSeconds);
-  throughputFigure("Add owner, REST (HTTP/1.1, autocannon)", rest.requests.average, rest.latency.mean, `${concurrency} connections`);
+  const rest = await measured(server, () => restAdd(server, s, restE, throughputSeconds), fromAutocannon);
+  throughputFigure("Add owner, REST (HTTP/1.1, autocannon)", rest, `${concurrency} connections`);
 
   progress(`gRPC Add owner, raw h2 loop (${throughputSeconds}s, ${concurrency} streams)...`);
-  const h2r = await h2GrpcAdd(server, s, h2E, throughputSeconds);
+  const h2r = await measured(server, () => h2GrpcAdd(server, s, h2E, throughputSeconds), fromLoop);
   if (h2r.failed > 0) throw new Error(`gRPC h2 loop: ${h2r.failed} failed calls`);
-  throughputFigure("Add owner, gRPC (h2c, raw HTTP/2 loop)", h2r.rps, h2r.meanMs, `${concurrency} concurrent streams, one session`);
+  throughputFigure("Add owner, gRPC (h2c, raw HTTP/2 loop)", h2r, `${concurrency} concurrent streams, one session`);
 
   progress(`gRPC Add owner, @grpc/grpc-js (${throughputSeconds}s, ${concurrency} in flight)...`);
-  const gjs = await grpcJsAdd(server, s, grpcJsE, throughputSeconds);
+  const gjs = await measured(server, () => grpcJsAdd(server, s, grpcJsE, throughputSeconds), fromLoop);
   if (gjs.failed > 0) throw new Error(`grpc-js loop: ${gjs.failed} failed calls`);
-  throughputFigure("Add owner, gRPC (h2c, @grpc/grpc-js)", gjs.rps, gjs.meanMs, `${concurrency} calls in flight, one channel`);
+  throughputFigure("Add owner, gRPC (h2c, @grpc/grpc-js)", gjs, `${concurrency} calls in flight, one channel`);
 
   progress(`Connect JSON Add owner (${throughputSeconds}s)...`);
-  const connect = await connectAdd(server, s, connectE, throughputSeconds);
-  throughputFigure("Add owner, Connect JSON (HTTP/1.1, autocannon)", connect.requests.average, connect.latency.mean, `${concurrency} connections`);
+  const connect = await measured(server, () => connectAdd(server, s, connectE, throughputSeconds), fromAutocannon);
+  throughputFigure("Add owner, Connect JSON (HTTP/1.1, autocannon)", connect, `${concurrency} connections`);
 
   progress(`the same clients against a no-op Add on the same stack (${throughputSeconds}s each)...`);
   const noop = await startNoopServer();
   try {
     await restAdd(noop, s, warmE, 1);
     await h2GrpcAdd(noop, s, warmE, 1);
-    const noopRest = await restAdd(noop, s, restE, throughputSeconds);
-    const noopH2 = await h2GrpcAdd(noop, s, h2E, throughputSeconds);
-    const noopConnect = await connectAdd(noop, s, connectE, throughputSeconds);
-    for (const [protocol, value, baseline] of [
-      ["REST", rest.requests.average, noopRest.requests.average],
-      ["gRPC (raw h2)", h2r.rps, noopH2.rps],
-      ["Connect JSON", connect.requests.average, noopConnect.requests.average],
+    const noopRest = await measured(noop, () => restAdd(noop, s, restE, throughputSeconds), fromAutocannon);
+    const noopH2 = await measured(noop, () => h2GrpcAdd(noop, s, h2E, throughputSeconds), fromLoop);
+    const noopConnect = await measured(noop, () => connectAdd(noop, s, connectE, throughputSeconds), fromAutocannon);
+    for (const [protocol, add, noopAdd] of [
+      ["REST", rest, noopRest],
+      ["gRPC (raw h2)", h2r, noopH2],
+      ["Connect JSON", connect, noopConnect],
     ] as const) {
+      const cpu =
+        add.cpuUs === undefined || noopAdd.cpuUs === undefined
+          ? ""
+          : `; server CPU ${round(add.cpuUs, 0)} vs ${round(noopAdd.cpuUs, 0)} us per request (${round(add.cpuUs / noopAdd.cpuUs)}x)`;
       report({
         name: `Add owner, ${protocol} / no-op Add on the same stack`,
-        value: round(value / baseline, 3),
+        value: round(add.rps / noopAdd.rps, 3),
         unit: "x",
-        note: `${round(value, 0)} vs ${round(baseline, 0)} req/s (no-op: same HttpServer, Connect router and REST transcoder, no interceptors, no store)`,
+        note: `${round(add.rps, 0)} vs ${round(noopAdd.rps, 0)} req/s${cpu} (no-op: same HttpServer, Connect router and REST transcoder, no interceptors, no store)`,
       });
     }
   } finally {
@@ -404,20 +448,19 @@ async function addOwnerThroughput(server: AccessdProcess, s: Seeded): Promise<vo
 
   report({
     name: "gRPC (raw h2) / REST Add-owner throughput",
-    value: round(h2r.rps / rest.requests.average),
+    value: round(h2r.rps / rest.rps),
     unit: "x",
-    note: `grpc-js / REST ${round(gjs.rps / rest.requests.average)}x; Connect / REST ${round(connect.requests.average / rest.requests.average)}x`,
+    note: `grpc-js / REST ${round(gjs.rps / rest.rps)}x; Connect / REST ${round(connect.rps / rest.rps)}x`,
   });
 
   progress("floors: /healthz and a Connect Add refused before the store...");
-  const health = await cannon({ url: `${server.url}/healthz`, duration: throughputSeconds });
-  throughputFigure("floor: GET /healthz (no Connect, no store)", health.requests.average, health.latency.mean, `${concurrency} connections`);
-  const refused = await connectAdd(server, s, connectE, throughputSeconds, [""]);
+  const health = await measured(server, () => cannon({ url: `${server.url}/healthz`, duration: throughputSeconds }), fromAutocannon);
+  throughputFigure("floor: GET /healthz (no Connect, no store)", health, `${concurrency} connections`);
+  const refused = await measured(server, () => connectAdd(server, s, connectE, throughputSeconds, [""]), fromAutocannon);
   if (refused["4xx"] === 0) throw new Error("the refused Add was not refused");
   throughputFigure(
     "floor: Connect Add refused with 400 (Connect stack, no store)",
-    refused.requests.average,
-    refused.latency.mean,
+    refused,
     `${concurrency} connections; the store's share of an Add is the gap to the Connect row`,
   );
 }
