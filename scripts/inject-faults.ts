@@ -127,6 +127,10 @@ interface Outcome {
   detail: string[];
 }
 
+// Ctrl-C reaches the test run too (one process group): the fault's worktree is removed, then the script stops.
+let interrupted = false;
+process.on("SIGINT", () => {});
+
 function inject(fault: Fault): Outcome {
   const dir = mkdtempSync(join(tmpdir(), `accessd-fault-${fault.name}-`)); // empty: git adds the worktree in it
   git(["worktree", "add", "--detach", "--quiet", dir, "HEAD"]);
@@ -155,10 +159,6 @@ function inject(fault: Fault): Outcome {
     git(["worktree", "remove", "--force", dir]);
   }
 }
-
-// Ctrl-C reaches the test run too (one process group): the fault's worktree is removed, then the script stops.
-let interrupted = false;
-process.on("SIGINT", () => {});
 
 const names = process.argv.slice(2);
 const unknown = names.filter((name) => !faults.some((fault) => fault.name === name));
