@@ -51,21 +51,23 @@ import { phaseSeconds, progress, report, round } from "./support/report.js";
  * concurrency for all would measure one of them below its maximum; every level's rates are in
  * the report.
  */
-const connectionLevels = (process.env.BENCH_CONNECTIONS ?? "16,64,256").split(",").map((level) => {
-  const n = Number(level);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`BENCH_CONNECTIONS: "${level}" is not a number of connections`);
+/** A knob's value as a whole number of at least 1, or a clear refusal (a typo would otherwise run the bench with NaN). */
+function positiveInteger(knob: string, text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${knob}: "${text}" is not a whole number of at least 1`);
   return n;
-});
+}
+const connectionLevels = (process.env.BENCH_CONNECTIONS ?? "16,64,256").split(",").map((level) => positiveInteger("BENCH_CONNECTIONS", level));
 const seconds = phaseSeconds(8);
 const onlyHmac = process.env.BENCH_ONLY === "hmac";
 /** Paced phases at half the maximum HMAC rate; the median p99 is reported. */
 const halfRatePhases = 3;
 /** BENCH_HALF_RATE: the paced phases' rate instead of half the measured maximum (to compare two builds at one rate). */
-const fixedHalfRate = process.env.BENCH_HALF_RATE === undefined ? undefined : Number(process.env.BENCH_HALF_RATE);
+const fixedHalfRate = process.env.BENCH_HALF_RATE === undefined ? undefined : positiveInteger("BENCH_HALF_RATE", process.env.BENCH_HALF_RATE);
 /** Connections the paced client opens before each half-rate phase (more open if all are busy). */
 const pacedConnections = 64;
 /** Rounds of the maximum-rate phases (bare server, reference receivers, accessd); medians reported. */
-const maxRateRounds = Number(process.env.BENCH_ROUNDS ?? 5);
+const maxRateRounds = positiveInteger("BENCH_ROUNDS", process.env.BENCH_ROUNDS ?? "5");
 const roundSeconds = phaseSeconds(5);
 const body = Buffer.from(JSON.stringify({ user: "u-1", action: "grant", entitlement: "e-1" }));
 const bodyHash = createHash("sha256").update(body).digest("base64url");
