@@ -206,6 +206,38 @@ describe("request bodies", () => {
     expect(((await res.json()) as JsonError).code).toBe("resource_exhausted");
   });
 
+  it("answers 400 to an Update whose resource is not a JSON object, and writes nothing (it was taken as {} and written)", async () => {
+    const appId = await createApp(server, "Unchanged");
+    const before = await (await server.call("GET", `/api/v1/apps/${appId}`)).json();
+    for (const [value, kind] of [["x", "a string"], [123, "a number"], [[1, 2], "an array"], [true, "a boolean"]] as const) {
+      const error = await jsonError(await server.call("POST", `/api/v1/apps/${appId}`, { app: value }));
+      expect(error).toEqual({ status: 400, contentType: "application/json", body: { code: "invalid_argument", message: `field app must be a JSON object, not ${kind}` } });
+    }
+    expect(await (await server.call("GET", `/api/v1/apps/${appId}`)).json()).toEqual(before);
+    const entitlementId = await createEntitlement(server, appId);
+    const entitlement = await jsonError(await server.call("POST", `/api/v1/apps/${appId}/entitlements/${entitlementId}`, { appEntitlement: "x" }));
+    expect(entitlement.body.message).toBe("field appEntitlement must be a JSON object, not a string");
+    const userId = await createUser(server);
+    expect((await jsonError(await server.call("POST", `/api/v1/users/${userId}`, { user: 7 }))).body.message).toBe("field user must be a JSON object, not a number");
+  });
+
+  it("takes proto-named body fields that the path also fills (the path's value beside the body's was a 400 \"set multiple times\")", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId, "Reader");
+    const update = await server.call("POST", `/api/v1/apps/${appId}/entitlements/${entitlementId}`, {
+      app_entitlement: { display_name: "Writer", app_id: appId },
+      update_mask: "displayName", // a FieldMask's JSON form is lowerCamelCase, under either field name
+    });
+    expect(update.status).toBe(200);
+    expect(((await update.json()) as { appEntitlement: { displayName: string } }).appEntitlement.displayName).toBe("Writer");
+    const userId = await createUser(server);
+    const add = await server.call("POST", ownersPath(appId, entitlementId), { user_id: userId, app_id: appId, entitlement_id: entitlementId });
+    expect([add.status, await add.json()]).toEqual([200, {}]);
+    // One field under both names is still a 400, as everywhere else.
+    const twice = await jsonError(await server.call("POST", ownersPath(appId, entitlementId), { userId, appId, app_id: appId }));
+    expect(twice.status).toBe(400);
+  });
+
   it("takes path variables over the same fields in the body", async () => {
     const appId = await createApp(server, "Path wins");
     const res = await server.call("POST", `/api/v1/apps/${appId}`, { app: { id: "other", displayName: "Renamed" } });

@@ -96,6 +96,9 @@ export class HttpServer {
           headersTimeout: headersTimeoutMs(options.requestTimeoutMs),
           connectionsCheckingInterval: 250,
           keepAliveTimeout: 5_000,
+          // Node answers an HTTP/1.1 request without Host with a bare 400 (no body): `start`
+          // refuses it instead, in the JSON error shape every other malformed request gets.
+          requireHostHeader: false,
         },
         http2: { settings: { maxConcurrentStreams: maxConcurrentStreamsPerSession } },
       },
@@ -158,6 +161,11 @@ export class HttpServer {
         // A request line that says HTTP/0.9 (`GET /` alone) or HTTP/2.0 over an HTTP/1 connection:
         // 400 like the versions Node's parser refuses itself (HTTP/3.0), not a 5xx for bad input.
         writeJsonError(res, Code.InvalidArgument, `HTTP/${req.httpVersion} is not supported: send HTTP/1.1 or HTTP/2`, 400, { connection: "close" });
+        return;
+      }
+      if (req.httpVersionMinor === 1 && req.headers.host === undefined) {
+        // RFC 9112 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host.
+        writeJsonError(res, Code.InvalidArgument, "an HTTP/1.1 request needs a Host header", 400, { connection: "close" });
         return;
       }
       toOriginForm(req);

@@ -274,6 +274,7 @@ function setField(
   let target = root;
   let descriptor = message;
   const shown = fieldPath.join(".");
+  const jsonNames: string[] = [];
   for (let i = 0; i < fieldPath.length; i++) {
     const field = findField(descriptor, fieldPath[i] ?? "");
     if (field === undefined) {
@@ -281,13 +282,20 @@ function setField(
     }
     if (i < fieldPath.length - 1) {
       if (field.fieldKind !== "message") throw new RestRequestError(`${source} parameter ${shown} is not a message field`);
-      const next = target[field.jsonName];
-      const child: JsonObject = next !== null && typeof next === "object" && !Array.isArray(next) ? next : {};
+      const next = givenValue(target, field);
+      jsonNames.push(field.jsonName);
+      if (next !== undefined && (typeof next !== "object" || Array.isArray(next))) {
+        // `{"app": "x"}` on POST /api/v1/apps/{app.id}: a wrong type, which Connect's decoder refuses too.
+        throw new RestRequestError(`field ${jsonNames.join(".")} must be a JSON object, not ${jsonKind(next)}`);
+      }
+      const child: JsonObject = next ?? {};
       target[field.jsonName] = child;
       target = child;
       descriptor = field.message;
       continue;
     }
+    // The path's value replaces the body's, under either name (as gRPC-gateway's does).
+    if (source === "path") givenValue(target, field);
     const values = typeof raw === "string" ? [raw] : raw;
     if (field.fieldKind === "list") {
       if (field.listKind === "message") throw new RestRequestError(`${source} parameter ${shown} cannot be set from text`);
@@ -312,6 +320,24 @@ function setField(
     } else throw new RestRequestError(`${source} parameter ${shown} cannot be set from text`);
     return;
   }
+}
+
+/**
+ * The value the body gives `field` under its JSON or its proto name, moved to the JSON name (so
+ * the path's value set there replaces it, not stands beside it); undefined when absent or null
+ * (proto3 JSON's "unset"). Both names given: left for the decoder, which refuses a field set twice.
+ */
+function givenValue(target: JsonObject, field: DescField): JsonValue | undefined {
+  if (field.name !== field.jsonName && field.name in target && !(field.jsonName in target)) {
+    target[field.jsonName] = target[field.name] ?? null;
+    delete target[field.name];
+  }
+  return target[field.jsonName] ?? undefined;
+}
+
+function jsonKind(value: JsonValue): string {
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "string" ? "a string" : typeof value === "number" ? "a number" : typeof value === "boolean" ? "a boolean" : "null";
 }
 
 /**

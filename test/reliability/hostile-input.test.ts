@@ -431,6 +431,18 @@ describe("hostile input", () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
+  it.each([["/api/v1/apps"], ["/api/v1/webhooks/incoming/x"], ["/healthz"]])(
+    "answers an HTTP/1.1 request for %s without Host with a JSON 400 and closes the connection (Node's own answer had no body); HTTP/1.0 needs none",
+    async (path) => {
+      const answer = await rawRequest(server.address.port, [`GET ${path} HTTP/1.1\r\n\r\n`]);
+      expect(answer?.status).toBe(400);
+      expect(answer?.headers.connection).toBe("close");
+      expect(answer?.headers["content-type"]).toBe("application/json");
+      expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({ code: "invalid_argument", message: "an HTTP/1.1 request needs a Host header" });
+      if (path === "/healthz") expect((await rawRequest(server.address.port, [`GET ${path} HTTP/1.0\r\n\r\n`]))?.status).toBe(200);
+    },
+  );
+
   it("serves a request target in absolute form, as proxies send it (RFC 9112 3.2.2)", async () => {
     for (const target of [`http://127.0.0.1:${server.address.port}/healthz`, "HTTP://example.com/healthz?x=1"]) {
       const answer = await rawRequest(server.address.port, [`GET ${target} HTTP/1.1\r\nHost: x\r\n\r\n`]);
