@@ -413,6 +413,20 @@ describe("POST /auth/v1/token with a JSON body", () => {
     const once = await requestToken(server, { grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret }, "json");
     expect(once.status).toBe(200);
   });
+
+  it("ignores parameters it does not read, whatever their JSON type, as RFC 6749 3.2 says (a number was a 400), and takes null as omitted", async () => {
+    const { clientId, clientSecret } = testBootstrapClient;
+    const post = (body: string) => fetch(`${server.url}/auth/v1/token`, { method: "POST", headers: { "content-type": "application/json" }, body });
+    const credentials = `"grant_type":"client_credentials","client_id":"${clientId}","client_secret":"${clientSecret}"`;
+    const extra = await post(`{${credentials},"foo":1,"bar":{"a":[1,true,null]},"baz":null,"huge":1e400,"resource":["x"]}`);
+    expect(extra.status).toBe(200);
+    expect(((await extra.json()) as { access_token?: string }).access_token).toBeTruthy();
+    // A parameter the endpoint reads must still be a string.
+    const numeric = await post(`{"grant_type":"client_credentials","client_id":42,"client_secret":"${clientSecret}"}`);
+    expect([numeric.status, await numeric.json()]).toEqual([400, { error: "invalid_request", error_description: "parameter client_id must be a string" }]);
+    const omitted = await post(`{"grant_type":"client_credentials","client_id":"${clientId}","client_secret":null}`);
+    expect([omitted.status, await omitted.json()]).toEqual([400, { error: "invalid_request", error_description: "client_secret or client_assertion is required" }]);
+  });
 });
 
 describe("brute-force limiter", () => {

@@ -5,10 +5,15 @@ import { OAuthError } from "./oauth-error.js";
 /** The token request's parameters, from a form-encoded or JSON body; every value a string. */
 export type TokenParameters = ReadonlyMap<string, string>;
 
+/** The parameters the token endpoint reads (src/auth/token-endpoint.ts); RFC 6749 3.2 ignores the rest. */
+const readParameters = new Set(["grant_type", "client_id", "client_secret", "client_assertion", "client_assertion_type", "scope"]);
+
 /**
  * Parses the body by its Content-Type: `application/x-www-form-urlencoded` (RFC 6749) or
- * `application/json`. A parameter given twice, or a JSON value that is not a string, is an
- * invalid_request (RFC 6749 section 3.2).
+ * `application/json`. A parameter given twice is an invalid_request (RFC 6749 section 3.2), and so
+ * is a JSON value that is not a string for a parameter the endpoint reads; a JSON `null` is the
+ * parameter omitted, and a parameter the endpoint does not read is ignored whatever its type
+ * (RFC 6749 3.2: "MUST ignore unrecognized request parameters").
  */
 export function parseTokenRequest(contentType: string | undefined, body: Buffer): TokenParameters {
   const mediaType = (contentType ?? "").split(";")[0]?.trim().toLowerCase() ?? "";
@@ -41,15 +46,15 @@ function parseJson(text: string): TokenParameters {
   }
   const params = new Map<string, string>();
   for (const [name, value] of Object.entries(parsed)) {
-    if (typeof value !== "string") throw new OAuthError("invalid_request", `parameter ${name} must be a string`);
-    params.set(name, value);
+    if (typeof value === "string") params.set(name, value);
+    else if (value !== null && readParameters.has(name)) throw new OAuthError("invalid_request", `parameter ${name} must be a string`);
   }
   // JSON.parse keeps the last of a name given twice; protobuf-es's JSON reader refuses the repeat.
-  // With every value a string, a repeated name is the only thing it can refuse here.
+  // Anything else it refuses is in a value nobody reads (a number out of range, say): ignored.
   try {
     fromJsonString(StructSchema, text);
-  } catch {
-    throw new OAuthError("invalid_request", "a parameter is given more than once");
+  } catch (e) {
+    if ((e as Error).message.includes("duplicate object key")) throw new OAuthError("invalid_request", "a parameter is given more than once");
   }
   return params;
 }
