@@ -15,6 +15,7 @@ import { ManualClock } from "../src/clock.js";
 import { SecretCipher } from "../src/store/secret-cipher.js";
 import { Store } from "../src/store/store.js";
 import { connectCall } from "./support/auth-helpers.js";
+import { rawRequest } from "./support/raw-http.js";
 import { repoRoot } from "./support/spawn-cli.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -125,6 +126,25 @@ describe("every RPC requires a valid bearer token", () => {
     });
     expect(bad.status).toBe(401);
     expect(bad.headers.get("www-authenticate")).toBe('Bearer error="invalid_token"');
+  });
+
+  it("answers 401 to two Authorization headers, a valid one first or last, over REST and Connect (Node kept the first: a valid token then any other was served)", async () => {
+    const valid = server.headers.authorization ?? "";
+    const port = new URL(server.url).port;
+    for (const [first, second] of [[valid, "Bearer garbage"], ["Bearer garbage", valid], [valid, valid]]) {
+      for (const request of [
+        `GET /api/v1/apps HTTP/1.1\r\nHost: x\r\nAuthorization: ${first}\r\nAuthorization: ${second}\r\nConnection: close\r\n\r\n`,
+        `POST /svc.api.app.v1.Apps/List HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nAuthorization: ${first}\r\nauthorization: ${second}\r\nConnection: close\r\n\r\n{}`,
+      ]) {
+        const answer = await rawRequest(Number(port), [request]);
+        expect({ status: answer?.status, body: JSON.parse(answer?.body.toString() ?? "") }).toEqual({
+          status: 401,
+          body: { code: "unauthenticated", message: "Authorization must be given once, as Bearer <access token>" },
+        });
+      }
+    }
+    const once = await rawRequest(Number(port), [`GET /api/v1/apps HTTP/1.1\r\nHost: x\r\nAuthorization: ${valid}\r\nConnection: close\r\n\r\n`]);
+    expect(once?.status).toBe(200);
   });
 
   it("answers 401 on every RPC once the token has expired", async () => {

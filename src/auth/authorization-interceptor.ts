@@ -37,6 +37,10 @@ async function authenticate(authorization: string | null, options: Authorization
   if (authorization === null || authorization === "") {
     throw unauthenticated("missing bearer token: send Authorization: Bearer <access token> (POST /auth/v1/token)", false);
   }
+  if (authorization.includes(",")) {
+    // Two Authorization headers (joined by HttpServer), or a list in one: no bearer token has a comma.
+    throw unauthenticated("Authorization must be given once, as Bearer <access token>", true);
+  }
   const match = /^Bearer +([A-Za-z0-9._~+/-]+=*)$/i.exec(authorization.trim());
   const token = match?.[1];
   if (token === undefined) throw unauthenticated("Authorization header must be Bearer <access token>", true);

@@ -256,6 +256,7 @@ export class HttpServer {
     const { connect, rest, rawRoutes } = this.options;
     const operation = connect.operationOf(path);
     if (operation !== undefined) {
+      keepEveryAuthorization(req);
       facts.protocol = protocolOfContentType(req.headers["content-type"]);
       facts.operation = operation;
       res.setHeader("cache-control", apiCacheControl);
@@ -273,6 +274,7 @@ export class HttpServer {
       return writeJson(res, ready ? 200 : 503, { status: ready ? "ready" : "not ready" });
     }
     if (path.startsWith("/api/")) {
+      keepEveryAuthorization(req);
       res.setHeader("cache-control", apiCacheControl);
       this.observeApiAnswer(res, facts);
       return rest.handle(req, res, facts);
@@ -332,6 +334,21 @@ function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
 /** How long a client may take to send a request's headers: the request timeout, at most 10 s. */
 function headersTimeoutMs(requestTimeoutMs: number): number {
   return Math.min(requestTimeoutMs, 10_000);
+}
+
+/**
+ * Node keeps the first of two `Authorization` headers and drops the other, while a proxy in front
+ * may have read the last: which one authenticates the call would depend on who reads it. Joined
+ * here (an API call's headers only), they reach the authorization interceptor as one value with a
+ * comma, which no bearer token has, and the call is refused (401) instead of one of them chosen.
+ */
+function keepEveryAuthorization(req: NodeRequest): void {
+  const raw = req.rawHeaders;
+  let values: string[] | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    if ((raw[i] ?? "").toLowerCase() === "authorization") (values ??= []).push(raw[i + 1] ?? "");
+  }
+  if (values !== undefined && values.length > 1) req.headers.authorization = values.join(", ");
 }
 
 /** httpolyglot's inner servers, to which it hands each connection once it knows the protocol. */
