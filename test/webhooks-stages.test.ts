@@ -16,7 +16,7 @@ import { hmacKey, hmacSignature, verifyHmacSignature } from "../src/webhooks/hma
 import type { DeliveryFacts } from "../src/webhooks/pipeline.js";
 import { Rejection } from "../src/webhooks/rejection.js";
 import { SecretCipher } from "../src/store/secret-cipher.js";
-import { WebhookSecretStore } from "../src/webhooks/secret-store.js";
+import { maxSecretsInGrace, WebhookSecretStore } from "../src/webhooks/secret-store.js";
 import { SourceIpResolver } from "../src/server/source-ip.js";
 import { checkTimestamp } from "../src/webhooks/timestamp-window.js";
 import { validateWebhookTrigger } from "../src/webhooks/trigger-validation.js";
@@ -213,6 +213,24 @@ describe("secret store", () => {
     clock.advance(60_000);
     expect(accepts(first)).toBe(false);
     expect(accepts(second)).toBe(true);
+    store.close();
+  });
+
+  it("keeps at most ten rotated-out secrets in grace, the newest, so a bad signature costs at most eleven HMACs (4,000 rotations cost 150 ms a request)", () => {
+    const store = Store.open(":memory:");
+    const clock = new ManualClock(1_700_000_000_000);
+    const secrets = new WebhookSecretStore(store.webhooks.secrets, new SecretCipher(Buffer.alloc(32, 7)), clock);
+    const issued = [secrets.replace("a1")];
+    for (let i = 0; i < 15; i++) {
+      clock.advance(1_000);
+      issued.push(secrets.rotate("a1", 86_400_000).secret);
+    }
+    expect(maxSecretsInGrace).toBe(10);
+    expect(secrets.validKeys("a1")).toHaveLength(11);
+    const accepts = (secret: string) =>
+      verifyHmacSignature(secrets.validKeys("a1"), hmacSignature(secret, "1", "e", body), "1", "e", body) === undefined;
+    expect(issued.map(accepts)).toEqual([...Array<boolean>(5).fill(false), ...Array<boolean>(11).fill(true)]);
+    expect(store.db.prepare("SELECT count(*) FROM webhook_secrets").pluck().get()).toBe(11);
     store.close();
   });
 

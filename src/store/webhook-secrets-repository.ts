@@ -40,6 +40,8 @@ export class WebhookSecretsRepository {
   private readonly deleteForStmt;
   private readonly deleteExpiredStmt;
   private readonly newestStmt;
+  private readonly inGraceBeyondStmt;
+  private readonly deleteByIdStmt;
   /** Each automation's unexpired secrets (every HMAC webhook asks); cleared by every write below. */
   private readonly unexpired: ReadCache<string, readonly StoredWebhookSecret[]>;
 
@@ -60,6 +62,12 @@ export class WebhookSecretsRepository {
     );
     this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_secrets WHERE automation_id = ?");
     this.newestStmt = db.prepare<[], SecretRow>("SELECT * FROM webhook_secrets ORDER BY id DESC LIMIT 1");
+    this.inGraceBeyondStmt = db
+      .prepare<[string, number], string>(
+        "SELECT id FROM webhook_secrets WHERE automation_id = ? AND expires_at IS NOT NULL ORDER BY id DESC LIMIT -1 OFFSET ?",
+      )
+      .pluck();
+    this.deleteByIdStmt = db.prepare<[string]>("DELETE FROM webhook_secrets WHERE id = ?");
     this.deleteExpiredStmt = db.prepare<[number]>(
       "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL AND expires_at <= ?",
     );
@@ -92,6 +100,19 @@ export class WebhookSecretsRepository {
   expireAll(automationId: string, expiresAt: number): void {
     this.unexpired.clear();
     this.expireStmt.run(expiresAt, expiresAt, automationId);
+  }
+
+  /**
+   * Deletes the automation's secrets in grace beyond the newest `keep` of them (ids are
+   * time-ordered); returns the ids deleted.
+   */
+  keepNewestInGrace(automationId: string, keep: number): string[] {
+    const beyond = this.inGraceBeyondStmt.all(automationId, keep);
+    if (beyond.length > 0) {
+      this.unexpired.clear();
+      for (const id of beyond) this.deleteByIdStmt.run(id);
+    }
+    return beyond;
   }
 
   deleteFor(automationId: string): void {

@@ -11,6 +11,15 @@ export const defaultRotationGraceMs = 24 * 3_600_000;
 
 const maxCachedKeys = 10_000;
 
+/**
+ * Rotated-out secrets a listener keeps in their grace period at most: a rotation beyond that ends
+ * the oldest at once. Each valid secret costs an HMAC of the body on every request whose signature
+ * does not match (anyone's who knows the listener URL), so without a bound a client that rotates
+ * often made each bad request dearer without end (4,000 secrets: about 150 ms of the thread).
+ * Ten leave room for a rotation retried, or repeated before every sender moved.
+ */
+export const maxSecretsInGrace = 10;
+
 export interface RotatedSecret {
   secret: string;
   previousExpiresAt: number;
@@ -46,11 +55,15 @@ export class WebhookSecretStore {
     return this.issue(automationId);
   }
 
-  /** A new current secret; the earlier ones stay valid for `graceMs`. */
+  /**
+   * A new current secret; the earlier ones stay valid for `graceMs` (or to the end of a grace
+   * they were already in, if sooner), the newest `maxSecretsInGrace` of them.
+   */
   rotate(automationId: string, graceMs: number): RotatedSecret {
     this.changes++;
     const previousExpiresAt = this.clock.now() + graceMs;
     this.repository.expireAll(automationId, previousExpiresAt);
+    for (const id of this.repository.keepNewestInGrace(automationId, maxSecretsInGrace)) this.keys.delete(id);
     return { secret: this.issue(automationId), previousExpiresAt };
   }
 
