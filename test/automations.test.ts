@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { boundedErrorText } from "../src/automations/error-text.js";
 import { enqueueExecution } from "../src/automations/index.js";
 import { answer, createApp, createEntitlement, createUser, listOwnerIds, type ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
@@ -332,6 +333,22 @@ describe("listing executions", () => {
     // A token belongs to its listing: reusing it with another filter is refused.
     const other = await server.call("GET", `/api/v1/automation_executions?automation_id=${bad}&page_token=${first.body.nextPageToken}`);
     expect(other.status).toBe(400);
+  });
+
+  it("keeps a step's and an execution's error to 1,000 characters, however long the value it quotes (a page of ten was 20 MB)", async () => {
+    const appId = await createApp(server);
+    const entitlementId = await createEntitlement(server, appId);
+    const automationId = await createAutomation([grantStep]);
+    const longId = "a".repeat(200_000);
+    const { id } = await execute(automationId, { app_id: longId, "entitlement-id": entitlementId, user_id: "u" });
+    await server.worker.whenIdle();
+    const execution = await getExecution(id);
+    const stepError = execution.steps[0]?.error ?? "";
+    expect(stepError).toBe(`app "${"a".repeat(995)}… (199016 more characters)`);
+    expect(execution.error).toBe(`step "grant" failed: ${stepError}`);
+    const page = await list(`automation_id=${automationId}`);
+    expect(JSON.stringify(page.body).length).toBeLessThan(5_000);
+    expect(boundedErrorText("x".repeat(999) + "\u{1F600}")).toBe("x".repeat(999) + "… (2 more characters)"); // never half a surrogate pair
   });
 
   it("lists executions without their trigger and step outputs, which Get answers", async () => {

@@ -3,6 +3,7 @@ import { logInOneWrite, type Logger } from "../logger.js";
 import type { Execution, StepRecord } from "../store/executions-repository.js";
 import { isStoreDamaged, isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
+import { boundedErrorText } from "./error-text.js";
 import type { ProgramCache } from "./program-cache.js";
 import { runStep } from "./run-step.js";
 import { StepContext } from "./step-context.js";
@@ -318,7 +319,7 @@ export class ExecutionRunner {
     const { store, log } = this.options;
     const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     log.error({ err: error, executionId: execution.id, automationId: execution.automationId }, "automation execution failed on an internal error");
-    store.transaction(() => this.finish(execution, "FAILED", `internal error: ${reason}`));
+    store.transaction(() => this.finish(execution, "FAILED", boundedErrorText(`internal error: ${reason}`)));
   }
 
   private finish(execution: Execution, state: "SUCCEEDED" | "FAILED", error: string): void {
