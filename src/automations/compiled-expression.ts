@@ -2,6 +2,7 @@ import { clone, create } from "@bufbuild/protobuf";
 import { celEnv, celError, celFunc, CelScalar, listType, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
 import { strings } from "@bufbuild/cel/ext";
 import { Expr_CallSchema as CallSchema, ExprSchema, ParsedExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
+import { conformingCasts } from "./conforming-casts.js";
 import {
   appendToAccumulator,
   appendToAccumulatorFunction,
@@ -22,7 +23,7 @@ export type Expr = ParsedCel["expr"];
 /** The one variable expressions see: `ctx` (ctx.trigger, ctx.steps.<name>, ctx.<name>). */
 const variables = { ctx: mapType(CelScalar.STRING, CelScalar.DYN) };
 
-export const celEnvironment = celEnv({ variables, funcs: strings });
+export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts] });
 
 /** Called (by the rewritten plan) before every comprehension iteration; its argument is the loop condition. */
 const iterationBudgetFunction = "accessd.comprehensionIteration";
@@ -41,6 +42,7 @@ const plannedEnvironment = meteredCalls(
     variables,
     funcs: [
       ...withLinearReplace(strings),
+      ...conformingCasts,
       celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
         countIteration();
         return condition;

@@ -1,0 +1,53 @@
+import { create } from "@bufbuild/protobuf";
+import { TimestampSchema } from "@bufbuild/protobuf/wkt";
+import { celFunc, CelScalar, celUint, objectType } from "@bufbuild/cel";
+
+/**
+ * cel-es (0.6.1) overloads that answer what the CEL spec and cel-go do not, replaced by the
+ * environment's own (a function given to `celEnv` with the same name and argument types takes
+ * the standard one's place):
+ *
+ * - `timestamp(int)` read its argument as milliseconds: `timestamp(1700000000)` was
+ *   1970-01-20T16:13:20Z. The spec's argument is Unix seconds (cel-go: 2023-11-14T22:13:20Z), in
+ *   the range of a timestamp (years 1 to 9999).
+ * - `int(string)` and `uint(string)` took what JavaScript's `BigInt` takes: `int('')` was 0,
+ *   `int(' 12 ')` 12, `int('0x10')` 16, and `int('1.5')` failed with "Cannot convert 1.5 to a
+ *   BigInt". cel-go takes base-10 digits only (Go's strconv), with a sign for int.
+ * - `double(string)` was JavaScript's `Number`: `double('abc')` was NaN and `double('')` 0. Here,
+ *   as Go's strconv.ParseFloat: a decimal number, or inf, infinity and nan in any case.
+ */
+export const conformingCasts = [
+  celFunc("timestamp", [CelScalar.INT], objectType(TimestampSchema), (seconds) => {
+    if (seconds < minTimestampSeconds || seconds > maxTimestampSeconds) throw new Error(`timestamp(${seconds}) is out of range (years 1 to 9999)`);
+    return create(TimestampSchema, { seconds, nanos: 0 });
+  }),
+  celFunc("int", [CelScalar.STRING], CelScalar.INT, (text) => {
+    if (!/^[+-]?\d+$/.test(text)) throw new Error(`cannot convert ${quoted(text)} to int`);
+    const value = BigInt(text);
+    if (value < minInt64 || value > maxInt64) throw new Error("int overflow during type conversion");
+    return value;
+  }),
+  celFunc("uint", [CelScalar.STRING], CelScalar.UINT, (text) => {
+    if (!/^\+?\d+$/.test(text)) throw new Error(`cannot convert ${quoted(text)} to uint`);
+    const value = BigInt(text);
+    if (value > maxUint64) throw new Error("uint overflow during type conversion");
+    return celUint(value);
+  }),
+  celFunc("double", [CelScalar.STRING], CelScalar.DOUBLE, (text) => {
+    if (/^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(text)) return Number(text);
+    if (/^[+-]?inf(inity)?$/i.test(text)) return text.startsWith("-") ? -Infinity : Infinity;
+    if (/^[+-]?nan$/i.test(text)) return NaN;
+    throw new Error(`cannot convert ${quoted(text)} to double`);
+  }),
+];
+
+const minTimestampSeconds = -62_135_596_800n; // 0001-01-01T00:00:00Z
+const maxTimestampSeconds = 253_402_300_799n; // 9999-12-31T23:59:59Z
+const minInt64 = -(2n ** 63n);
+const maxInt64 = 2n ** 63n - 1n;
+const maxUint64 = 2n ** 64n - 1n;
+
+/** The text as the error shows it: quoted, and cut at 64 characters. */
+function quoted(text: string): string {
+  return JSON.stringify(text.length > 64 ? `${text.slice(0, 64)}…` : text);
+}

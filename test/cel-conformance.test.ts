@@ -1,0 +1,49 @@
+import { isCelError, type CelInput, type CelResult } from "@bufbuild/cel";
+import { describe, expect, it } from "vitest";
+import { compileExpression } from "../src/automations/compiled-expression.js";
+import { celToJson, jsonToCel } from "../src/automations/json-cel.js";
+
+/** Evaluates `source` as a step does, with `ctx.trigger` bound to `trigger`. */
+function run(source: string, trigger: unknown = {}): CelResult {
+  return compileExpression(source).evaluate(new Map<string, CelInput>([["trigger", jsonToCel(trigger as never)]]));
+}
+
+const valueOf = (source: string, trigger?: unknown) => {
+  const result = run(source, trigger);
+  if (isCelError(result)) throw result;
+  return celToJson(result);
+};
+const errorOf = (source: string) => {
+  const result = run(source);
+  return isCelError(result) ? result.message : `no error: ${JSON.stringify(celToJson(result))}`;
+};
+
+describe("casts as the CEL spec and cel-go have them (cel-es 0.6.1 differs)", () => {
+  it("reads timestamp(int) as Unix seconds (cel-es read milliseconds: 1970-01-20)", () => {
+    expect(valueOf("string(timestamp(1700000000))")).toBe("2023-11-14T22:13:20Z");
+    expect(valueOf("timestamp(int(timestamp('2026-11-27T10:00:00Z'))) == timestamp('2026-11-27T10:00:00Z')")).toBe(true);
+    expect(valueOf("string(timestamp(int(ctx.trigger.at)))", { at: 1764237600 })).toBe("2025-11-27T10:00:00Z"); // JSON numbers are doubles
+    expect(valueOf("string(timestamp(-62135596800))")).toBe("0001-01-01T00:00:00Z");
+    expect(errorOf("timestamp(253402300800)")).toBe("timestamp(253402300800) is out of range (years 1 to 9999)");
+  });
+
+  it("converts only base-10 digits to int and uint (cel-es took '', ' 12 ' and '0x10' as BigInt does)", () => {
+    expect(valueOf("int('-42') + int('+7') + int('007')")).toBe(-28);
+    expect(valueOf("uint('18446744073709551615') == 18446744073709551615u")).toBe(true);
+    for (const text of ["", " 12 ", "0x10", "1.5", "1e3", "abc"]) {
+      expect(errorOf(`int('${text}')`)).toBe(`cannot convert ${JSON.stringify(text)} to int`);
+    }
+    expect(errorOf("uint('-1')")).toBe('cannot convert "-1" to uint');
+    expect(errorOf("int('9223372036854775808')")).toBe("int overflow during type conversion");
+    expect(errorOf("uint('18446744073709551616')")).toBe("uint overflow during type conversion");
+    expect(errorOf(`int('${"9".repeat(100)}x')`)).toBe(`cannot convert "${"9".repeat(64)}…" to int`);
+  });
+
+  it("converts a decimal number, inf and nan to double, and nothing else (cel-es answered NaN for 'abc' and 0 for '')", () => {
+    expect(valueOf("double('1.5') + double('.5') + double('2e3') + double('-1.')")).toBe(2001);
+    expect(valueOf("double('-Infinity') < 0.0 && double('inf') > 0.0 && double('NaN') != double('NaN')")).toBe(true);
+    for (const text of ["abc", "", " 1", "0x10", "1_000"]) {
+      expect(errorOf(`double('${text}')`)).toBe(`cannot convert ${JSON.stringify(text)} to double`);
+    }
+  });
+});
