@@ -200,6 +200,22 @@ describe("accessd backup", () => {
     expect((statSync(join(linkDir, "target.db")).mode & 0o777).toString(8)).toBe("600");
   });
 
+  it("refuses an empty name and a symbolic link by the copy's name (even one to nothing), and leaves no key behind (a copy of the live key was left by the failed link)", async () => {
+    const dir = tempDir();
+    const database = join(dir, "a.db");
+    await (await startTestServer({ database })).close();
+    const before = readdirSync(dir).sort();
+    const empty = track(spawnCli(["backup", ""], { ACCESSD_DATABASE: database }, dir));
+    expect(await empty.exited).toEqual({ code: 1, signal: null });
+    expect(empty.stderr().trim()).toBe("accessd: name the file to write the backup to");
+    const dangling = join(dir, "dangling.db");
+    symlinkSync(join(dir, "nowhere.db"), dangling);
+    const linked = track(spawnCli(["backup", dangling], { ACCESSD_DATABASE: database }));
+    expect(await linked.exited).toEqual({ code: 1, signal: null });
+    expect(linked.stderr().trim()).toBe(`accessd: ${dangling} exists; a backup does not overwrite anything`);
+    expect(readdirSync(dir).sort()).toEqual([...before, "dangling.db"].sort());
+  });
+
   it("names a destination folder that does not exist (exit 1, nothing written)", async () => {
     const dir = tempDir();
     const database = join(dir, "a.db");

@@ -1,4 +1,4 @@
-import { chmodSync, copyFileSync, existsSync, readFileSync, rmSync, statSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, lstatSync, readFileSync, rmSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { ConfigError } from "../config.js";
@@ -38,6 +38,7 @@ export interface BackupResult {
  */
 export function backupDatabase(databasePath: string, destination: string, options: { dataKey: Buffer | undefined }): BackupResult {
   if (databasePath === ":memory:") throw new Error("ACCESSD_DATABASE is :memory:; there is no file to back up");
+  if (destination.trim() === "") throw new Error("name the file to write the backup to");
   if (!existsSync(databasePath)) throw new Error(`no database at ${databasePath}`);
   refuseNonFileDatabase(databasePath);
   const keyFile = options.dataKey === undefined ? dataKeyFilePath(databasePath) : undefined;
@@ -49,7 +50,10 @@ export function backupDatabase(databasePath: string, destination: string, option
   // What a backup to this name that was killed half-way left: its partial copy, the copy's
   // journal, the key beside it (each as large as the database, or a stray key).
   removeLeftovers(destination, "partial");
-  if (existsSync(destination)) throw new Error(`${destination} exists; a backup does not overwrite anything`);
+  // lstat, not exists: a symbolic link by that name (even one to nothing) is a name taken too.
+  if (lstatSync(destination, { throwIfNoEntry: false }) !== undefined) {
+    throw new Error(`${destination} exists; a backup does not overwrite anything`);
+  }
   // A key by the copy's name without the copy is what a backup killed between its two links left:
   // the very key this backup would put there is taken as its own, any other refused.
   const keyCopyInPlace = keyCopy !== undefined && existsSync(keyCopy);
@@ -99,9 +103,17 @@ export function backupDatabase(databasePath: string, destination: string, option
     } finally {
       copy.close();
     }
-    // The key first: a database copy by its name always has its key beside it.
-    if (keyCopy !== undefined && !keyCopyInPlace) publishNewFile(partialKey, keyCopy);
-    publishNewFile(partial, destination);
+    // The key first: a database copy by its name always has its key beside it. A copy that then
+    // cannot take its name takes its key away again (a copy of the live key left alone by a name
+    // nobody restores from).
+    const publishesKey = keyCopy !== undefined && !keyCopyInPlace;
+    if (publishesKey) publishNewFile(partialKey, keyCopy);
+    try {
+      publishNewFile(partial, destination);
+    } catch (e) {
+      if (publishesKey) rmSync(keyCopy, { force: true });
+      throw e;
+    }
     fsyncPath(dirname(destination));
   } finally {
     rmSync(partial, { force: true });
