@@ -136,6 +136,10 @@ describe("accessd rotate-data-key", () => {
     const newKey = randomBytes(32);
     const seeded = await seededDatabase(oldKey);
     await expect(rotateDataKey(seeded.database, { current: oldKey })).rejects.toThrow("ACCESSD_NEW_DATA_KEY: not set");
+    // The same key again was "rotated" (everything resealed under it) and reported done.
+    await expect(rotateDataKey(seeded.database, { current: oldKey, next: Buffer.from(oldKey) })).rejects.toThrow(
+      "ACCESSD_NEW_DATA_KEY: is ACCESSD_DATA_KEY itself: nothing would change",
+    );
 
     expect(await rotateDataKey(seeded.database, { current: oldKey, next: newKey })).toEqual({
       webhookSecrets: 1,

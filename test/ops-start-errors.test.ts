@@ -74,6 +74,14 @@ describe("a start whose database or key file cannot be used", () => {
     }
   });
 
+  it("refuses to bootstrap a client in a :memory: database, whose secret it printed for a client gone at once", async () => {
+    await expectStopsWith(
+      track(spawnCli(["bootstrap"], { ACCESSD_DATABASE: ":memory:" })),
+      1,
+      "accessd: ACCESSD_DATABASE is :memory:; a client bootstrapped there is gone when this command ends (use ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET with the server)",
+    );
+  });
+
   it("names it in `accessd backup` too", async () => {
     const dir = tempDir();
     const database = join(dir, "notes.db");

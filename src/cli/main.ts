@@ -63,6 +63,11 @@ program
   )
   .action(async () => {
     const config = loadConfigOrExit();
+    if (config.database === ":memory:") {
+      // The client would be gone with this process: its secret printed for nothing.
+      process.stderr.write("accessd: ACCESSD_DATABASE is :memory:; a client bootstrapped there is gone when this command ends (use ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET with the server)\n");
+      process.exit(1);
+    }
     refuseNonFileDatabase(config.database); // before the lock makes a file beside a folder
     const lock = ServingLock.acquire(config.database); // not while a server uses the database
     const store = Store.open(config.database);

@@ -49,6 +49,10 @@ export async function rotateDataKey(databasePath: string, keys: { current?: Buff
   if (keys.current === undefined && keys.next !== undefined) {
     throw new ConfigError("ACCESSD_NEW_DATA_KEY", "only for a key given as ACCESSD_DATA_KEY; with a key file, the rotation makes the new key itself");
   }
+  if (keys.current !== undefined && keys.next !== undefined && keys.current.equals(keys.next)) {
+    // It resealed everything under the same key and said the old one no longer opened the database.
+    throw new ConfigError("ACCESSD_NEW_DATA_KEY", "is ACCESSD_DATA_KEY itself: nothing would change; give a new key (e.g. `openssl rand -hex 32`)");
+  }
   refuseNonFileDatabase(databasePath);
   const lock = ServingLock.acquire(databasePath);
   const store = Store.open(databasePath);
