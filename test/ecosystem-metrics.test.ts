@@ -117,9 +117,12 @@ describe("/metrics", () => {
       });
       expect(unknownMethod.headers.get("grpc-status")).toBe(String(Code.Unimplemented));
       await grpc.get({ id: "x" }).catch(() => undefined); // no token: the interceptors count it, once
+      // Outside /api/: a Connect call to a method the server does not have, and any other path (neither was counted).
+      expect((await post("/svc.api.app.v1.Apps/Nope", "{}")).status).toBe(404);
+      expect((await fetch(`${own.url}/nothing/here`)).status).toBe(404);
       const text = await scrape(own as TestServer);
       const count = (protocol: string, operation: string, code: string) => sample(text, "accessd_requests_total", { protocol, operation, code });
-      expect(count("rest", "unknown", "not_found")).toBe(1);
+      expect(count("rest", "unknown", "not_found")).toBe(3);
       expect(count("rest", "unknown", "unimplemented")).toBe(1); // 405
       expect(count("grpc-web", "unknown", "unimplemented")).toBe(1);
       expect(count("grpc", "svc.api.app.v1.Apps.Get", "unauthenticated")).toBe(1);
@@ -135,7 +138,7 @@ describe("/metrics", () => {
       );
       expect(lines).toContainEqual(expect.objectContaining({ protocol: "grpc-web", procedure: "unknown", code: "unimplemented" }));
       expect(lines.filter((line) => line.procedure === "svc.api.app.v1.Apps.Get")).toHaveLength(1);
-      expect(lines).toHaveLength(12);
+      expect(lines).toHaveLength(14);
       // None at error level: a client's refusal must not fill the log operators alert on.
       expect(lines.filter((line) => line.level !== 30)).toEqual([]);
     } finally {

@@ -296,6 +296,9 @@ export class HttpServer {
       writeErrorInProtocol(req, res, protocol, Code.Unimplemented, `unknown method ${path}`);
       return;
     }
+    // Counted and logged as an unknown /api/ path is (operation "unknown"): a Connect client with
+    // a misspelt method, or a proxy sending the wrong prefix, shows in the metrics and the log.
+    this.observeApiAnswer(res, facts);
     writeJsonError(res, Code.NotFound, `no route for ${path}`);
   }
 }
