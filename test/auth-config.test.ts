@@ -20,6 +20,9 @@ describe("auth configuration", () => {
       [{ ACCESSD_BOOTSTRAP_CLIENT_SECRET: "a-long-enough-secret" }, "ACCESSD_BOOTSTRAP_CLIENT_ID"],
       [{ ACCESSD_BOOTSTRAP_CLIENT_ID: "has space", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "a-long-enough-secret" }, "ACCESSD_BOOTSTRAP_CLIENT_ID"],
       [{ ACCESSD_BOOTSTRAP_CLIENT_ID: "ops", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "short-secret" }, "ACCESSD_BOOTSTRAP_CLIENT_SECRET"],
+      // White space is no secret: 20 spaces, or a short secret padded past 16, were accepted.
+      [{ ACCESSD_BOOTSTRAP_CLIENT_ID: "ops", ACCESSD_BOOTSTRAP_CLIENT_SECRET: " ".repeat(20) }, "ACCESSD_BOOTSTRAP_CLIENT_SECRET"],
+      [{ ACCESSD_BOOTSTRAP_CLIENT_ID: "ops", ACCESSD_BOOTSTRAP_CLIENT_SECRET: "short-secret\t\t\t\t\t\t" }, "ACCESSD_BOOTSTRAP_CLIENT_SECRET"],
       [{ ACCESSD_TOKEN_TTL: "10s" }, "ACCESSD_TOKEN_TTL"],
       [{ ACCESSD_TOKEN_TTL: "2d" }, "ACCESSD_TOKEN_TTL"],
       [{ ACCESSD_TOKEN_TTL: "an hour" }, "ACCESSD_TOKEN_TTL"],
