@@ -135,7 +135,7 @@ describe("a start whose database or key file cannot be used", () => {
       await expectStopsWith(
         serve({ ACCESSD_DATABASE: database }),
         1,
-        `accessd: cannot open the database ${database}: attempt to write a readonly database`,
+        `accessd: cannot open the database ${database}: attempt to write a readonly database (not writable: ${database})`,
       );
     } finally {
       undo();
@@ -144,6 +144,28 @@ describe("a start whose database or key file cannot be used", () => {
     await listeningPort(again);
     again.child.kill("SIGTERM");
     expect(await again.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe("a database whose -shm file cannot be written", () => {
+  it("names that file, not only the database (a start on a read-only database leaves its -shm read-only)", async (context) => {
+    const database = await startedDatabase();
+    const shm = `${database}-shm`;
+    writeFileSync(shm, Buffer.alloc(32_768));
+    const undo = makeReadOnly(shm);
+    if (undo === undefined) {
+      context.skip("running as root without `chattr +i` on this file system: no way to make a file root cannot write");
+      return;
+    }
+    try {
+      await expectStopsWith(
+        serve({ ACCESSD_DATABASE: database }),
+        1,
+        `accessd: cannot open the database ${database}: attempt to write a readonly database (not writable: ${shm})`,
+      );
+    } finally {
+      undo();
+    }
   });
 });
 

@@ -1,4 +1,4 @@
-import { statSync } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { AppEntitlementOwnersRepository } from "./app-entitlement-owners-repository.js";
 import { AppEntitlementsRepository } from "./app-entitlements-repository.js";
 import { AppsRepository } from "./apps-repository.js";
@@ -20,9 +20,28 @@ import { WebhookRepositories } from "./webhook-repositories.js";
  */
 export class DatabaseOpenError extends Error {
   constructor(path: string, cause: unknown) {
-    super(`cannot open the database ${path}: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super(`cannot open the database ${path}: ${reason}${/readonly/i.test(reason) ? unwritableFilesNote(path) : ""}`, { cause });
     this.name = "DatabaseOpenError";
   }
+}
+
+/**
+ * Which of the database's files this process cannot write, for SQLite's "attempt to write a
+ * readonly database": SQLite makes the -wal and -shm files with the database's mode, so a start
+ * on a read-only database leaves them read-only too, and once the database is writable again the
+ * start still fails, with a message that names only the database.
+ */
+function unwritableFilesNote(path: string): string {
+  const unwritable = [path, `${path}-wal`, `${path}-shm`].filter((file) => {
+    try {
+      accessSync(file, constants.W_OK);
+      return false;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code !== "ENOENT";
+    }
+  });
+  return unwritable.length === 0 ? "" : ` (not writable: ${unwritable.join(", ")})`;
 }
 
 /**
