@@ -12,7 +12,7 @@ import {
   tokenEndpoint,
 } from "./auth/index.js";
 import { systemClock, type Clock } from "./clock.js";
-import type { Config } from "./config.js";
+import { ConfigError, type Config } from "./config.js";
 import { droppedLogLines, type Logger } from "./logger.js";
 import { PageTokenCodec } from "./pagination/index.js";
 import { Metrics } from "./observability/metrics.js";
@@ -219,7 +219,9 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     },
   });
 
-  const address = await server.listen(config.port, config.host);
+  const address = await server.listen(config.port, config.host).catch((e: unknown) => {
+    throw listenFailure(e, config.host, config.port);
+  });
   const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
   // The base URL names the tokens' issuer and the webhook endpoints: logged, so a change shows.
   // eventRecords: the (listener, event id) pairs the duplicate check holds in memory, read at start.
@@ -267,4 +269,20 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       return closing;
     },
   };
+}
+
+/**
+ * A failed listen as the operator can act on it: the variable to change, not only Node's error
+ * (`getaddrinfo ENOTFOUND 999.999.999.999`, exit 1). An address that is none of this machine's is
+ * a configuration error (exit 2); a port in use or not allowed, a start that failed (exit 1).
+ */
+function listenFailure(e: unknown, host: string, port: number): unknown {
+  const code = (e as NodeJS.ErrnoException).code;
+  const message = e instanceof Error ? e.message : String(e);
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN" || code === "EAI_NONAME" || code === "EADDRNOTAVAIL") {
+    return new ConfigError("ACCESSD_HOST", `${host} is not an address this machine can listen on (${message})`);
+  }
+  if (code === "EADDRINUSE") return new Error(`cannot listen on ${host}:${port}: something else listens there (ACCESSD_HOST, ACCESSD_PORT)`, { cause: e });
+  if (code === "EACCES") return new Error(`cannot listen on ${host}:${port}: not allowed (ACCESSD_PORT; ports below 1024 need privileges)`, { cause: e });
+  return e;
 }

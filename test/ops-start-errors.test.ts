@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
@@ -144,6 +145,31 @@ describe("a start whose database or key file cannot be used", () => {
     await listeningPort(again);
     again.child.kill("SIGTERM");
     expect(await again.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe("an address it cannot listen on", () => {
+  it("names ACCESSD_HOST for an address that is none of this machine's (exit 2; it was Node's getaddrinfo error, exit 1)", async () => {
+    const cli = serve({ ACCESSD_DATABASE: await startedDatabase(), ACCESSD_HOST: "999.999.999.999" });
+    expect(await cli.exited).toEqual({ code: 2, signal: null });
+    expect(cli.stderr().trim()).toMatch(
+      /^accessd: invalid configuration: ACCESSD_HOST: 999\.999\.999\.999 is not an address this machine can listen on \(getaddrinfo \w+ 999\.999\.999\.999\)$/,
+    );
+  });
+
+  it("says a port is taken, naming the variables (exit 1)", async () => {
+    const squatter = createNetServer();
+    await new Promise<void>((resolve) => squatter.listen(0, "127.0.0.1", resolve));
+    const { port } = squatter.address() as AddressInfo;
+    try {
+      await expectStopsWith(
+        serve({ ACCESSD_DATABASE: await startedDatabase(), ACCESSD_PORT: String(port) }),
+        1,
+        `accessd: cannot listen on 127.0.0.1:${port}: something else listens there (ACCESSD_HOST, ACCESSD_PORT)`,
+      );
+    } finally {
+      squatter.close();
+    }
   });
 });
 
