@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, type TestContext } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { scratch } from "./support/scratch.js";
 import { listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
@@ -50,6 +50,28 @@ function makeReadOnly(file: string): (() => void) | undefined {
     return undefined;
   }
   return () => execFileSync("chattr", ["-i", file], { stdio: "ignore" });
+}
+
+/**
+ * Makes `file` (the database or one of its files) unwritable, expects a start on `database` to stop
+ * naming it, and makes it writable again; false (the test skipped) where no file can be made unwritable.
+ */
+async function expectStopsNamingUnwritable(context: TestContext, database: string, file: string): Promise<boolean> {
+  const undo = makeReadOnly(file);
+  if (undo === undefined) {
+    context.skip("running as root without `chattr +i` on this file system: no way to make a file root cannot write");
+    return false;
+  }
+  try {
+    await expectStopsWith(
+      serve({ ACCESSD_DATABASE: database }),
+      1,
+      `accessd: cannot open the database ${database}: attempt to write a readonly database (not writable: ${file})`,
+    );
+  } finally {
+    undo();
+  }
+  return true;
 }
 
 describe("a start whose database or key file cannot be used", () => {
@@ -127,20 +149,7 @@ describe("a start whose database or key file cannot be used", () => {
 
   it("stops before it listens, naming the file, on a database it cannot write", async (context) => {
     const database = await startedDatabase();
-    const undo = makeReadOnly(database);
-    if (undo === undefined) {
-      context.skip("running as root without `chattr +i` on this file system: no way to make a file root cannot write");
-      return;
-    }
-    try {
-      await expectStopsWith(
-        serve({ ACCESSD_DATABASE: database }),
-        1,
-        `accessd: cannot open the database ${database}: attempt to write a readonly database (not writable: ${database})`,
-      );
-    } finally {
-      undo();
-    }
+    if (!(await expectStopsNamingUnwritable(context, database, database))) return;
     const again = serve({ ACCESSD_DATABASE: database }); // writable again: serves
     await listeningPort(again);
     again.child.kill("SIGTERM");
@@ -178,20 +187,7 @@ describe("a database whose -shm file cannot be written", () => {
     const database = await startedDatabase();
     const shm = `${database}-shm`;
     writeFileSync(shm, Buffer.alloc(32_768));
-    const undo = makeReadOnly(shm);
-    if (undo === undefined) {
-      context.skip("running as root without `chattr +i` on this file system: no way to make a file root cannot write");
-      return;
-    }
-    try {
-      await expectStopsWith(
-        serve({ ACCESSD_DATABASE: database }),
-        1,
-        `accessd: cannot open the database ${database}: attempt to write a readonly database (not writable: ${shm})`,
-      );
-    } finally {
-      undo();
-    }
+    await expectStopsNamingUnwritable(context, database, shm);
   });
 });
 
