@@ -1,4 +1,4 @@
-import { createHash, createPublicKey, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
+import { createHash, createPublicKey, createSign, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
 import { PassThrough } from "node:stream";
 import { exportJWK, SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -7,6 +7,7 @@ import { createLogger } from "../src/logger.js";
 import { JwksCache } from "../src/webhooks/jwks-cache.js";
 import { jwksUnusableMessage, verifyWebhookJwt } from "../src/webhooks/jwt-verification.js";
 import { signJwtWebhook } from "../src/webhooks/index.js";
+import { rawRequest } from "./support/raw-http.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import {
   createWebhookAutomation,
@@ -160,6 +161,22 @@ describe("inbound webhooks: JWT listeners", () => {
     });
   });
 
+  it("answers 401 to two Authorization headers, a valid token first or last (Node kept the first: valid then junk was accepted)", async () => {
+    const url = new URL(hook.postUrl);
+    for (const order of ["valid first", "valid last"] as const) {
+      const { Authorization: valid, ...headers } = await jwtHeaders();
+      const authorizations = order === "valid first" ? [valid, "Bearer junk"] : ["Bearer junk", valid];
+      const lines = [...Object.entries(headers).map(([name, value]) => `${name}: ${value}`), ...authorizations.map((a) => `Authorization: ${a}`)];
+      const request = `POST ${url.pathname} HTTP/1.1\r\nHost: ${url.host}\r\n${lines.join("\r\n")}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+      const answer = await rawRequest(Number(url.port), [request]);
+      expect({ order, status: answer?.status, body: JSON.parse(answer?.body.toString() ?? "") }).toEqual({
+        order,
+        status: 401,
+        body: { code: "unauthenticated", message: "Authorization must be given once, as Bearer <JWT>" },
+      });
+    }
+  });
+
   it("answers 401 within a bounded time when the JWKS server is down or hangs", async () => {
     for (const url of [await unreachableUrl(), jwks.hangingUrl]) {
       const target = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: url });
@@ -201,9 +218,13 @@ describe("inbound webhooks: a JWKS that fails", () => {
   /** Whether /recovering serves the key set yet. */
   let recovered = false;
 
+  /** An RSA key jose will not use (under 2,048 bits), published under the kid the tests sign with. */
+  const weakRsa = generateKeyPairSync("rsa", { modulusLength: 1024 });
+
   beforeAll(async () => {
     const jwk = { ...(await exportJWK(createPublicKey(privateKey))), kid: "ed1", alg: "EdDSA", use: "sig" };
     const document = JSON.stringify({ keys: [jwk] });
+    const weakDocument = JSON.stringify({ keys: [{ ...(await exportJWK(weakRsa.publicKey)), kid: "r1k", alg: "RS256", use: "sig" }] });
     keys = await startLoopbackServer((req, res) => {
       const path = req.url ?? "";
       fetched.set(path, (fetched.get(path) ?? 0) + 1);
@@ -214,6 +235,8 @@ describe("inbound webhooks: a JWKS that fails", () => {
           return res.writeHead(200, { "content-type": "text/html" }).end("<html>moved</html>");
         case "/not-a-key-set":
           return res.writeHead(200, { "content-type": "application/json" }).end('{"keys":"none"}');
+        case "/rsa1024":
+          return res.writeHead(200, { "content-type": "application/json" }).end(weakDocument);
         case "/recovering":
           if (!recovered) return res.writeHead(503).end();
           return res.writeHead(200, { "content-type": "application/json" }).end(document);
@@ -255,6 +278,19 @@ describe("inbound webhooks: a JWKS that fails", () => {
       // The delivery log, for the operator, still names what is wrong.
       expect(await deliveryReasons(hook.id), path).toEqual([reason, reason, reason]);
     }
+  });
+
+  it("names a JWKS whose only key is an RSA key under 2,048 bits jwks_invalid, not jwks_unreachable (it was fetched)", async () => {
+    const hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: `${keys.url}/rsa1024` });
+    const body = Buffer.from('{"user":"u-7"}');
+    // jose will not sign with such a key either: sign with a 2,048-bit one, then sign its header and payload again with node:crypto.
+    const strong = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey;
+    const headers = await signJwtWebhook({ url: hook.endpointUrl, body }, { privateKey: strong, kid: "r1k", alg: "RS256" });
+    const [protectedHeader, payload] = (headers.Authorization ?? "").replace(/^Bearer /, "").split(".");
+    const signature = createSign("RSA-SHA256").update(`${protectedHeader}.${payload}`).sign(weakRsa.privateKey, "base64url");
+    headers.Authorization = `Bearer ${protectedHeader}.${payload}.${signature}`;
+    expect(await postWebhook(hook.postUrl, { ...headers }, body)).toEqual({ status: 401, body: { code: "unauthenticated", message: jwksUnusableMessage } });
+    expect(await deliveryReasons(hook.id)).toEqual(["jwks_invalid"]);
   });
 
   it("fetches the JWKS again once the 5 s have passed, logs the failure's detail, and keeps a fetched key set", async () => {

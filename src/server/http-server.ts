@@ -12,7 +12,7 @@ import { answerClientError } from "./client-error.js";
 import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./connection-tracker.js";
 import { writeJson, writeJsonError } from "./json-error.js";
-import { isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
+import { everyValueOf, isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { answeredCodeOf } from "./outcome-codes.js";
 import { writeErrorInProtocol } from "./protocol-error.js";
 import { protocolOfContentType, type RequestFacts, rpcProtocolOf } from "./request-context.js";
@@ -346,12 +346,8 @@ function headersTimeoutMs(requestTimeoutMs: number): number {
  * comma, which no bearer token has, and the call is refused (401) instead of one of them chosen.
  */
 function keepEveryAuthorization(req: NodeRequest): void {
-  const raw = req.rawHeaders;
-  let values: string[] | undefined;
-  for (let i = 0; i < raw.length; i += 2) {
-    if ((raw[i] ?? "").toLowerCase() === "authorization") (values ??= []).push(raw[i + 1] ?? "");
-  }
-  if (values !== undefined && values.length > 1) req.headers.authorization = values.join(", ");
+  const every = everyValueOf(req.rawHeaders, "authorization");
+  if (every !== undefined) req.headers.authorization = every;
 }
 
 /** httpolyglot's inner servers, to which it hands each connection once it knows the protocol. */

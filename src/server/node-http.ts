@@ -13,3 +13,19 @@ export type NodeResponse = ServerResponse | Http2ServerResponse;
 export function isHttp2Request(req: NodeRequest): req is Http2ServerRequest {
   return req instanceof Http2ServerRequest;
 }
+
+/**
+ * Every value of the header `name` (lower case) as sent, joined with ", " (undefined when it is
+ * absent). Node's `req.headers` keeps only the first of some headers sent twice (Authorization
+ * among them) and drops the rest, where a proxy in front may have read the last.
+ */
+export function everyValueOf(rawHeaders: readonly string[], name: string): string | undefined {
+  let joined: string | undefined;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if ((rawHeaders[i] ?? "").toLowerCase() === name) {
+      const value = rawHeaders[i + 1] ?? "";
+      joined = joined === undefined ? value : `${joined}, ${value}`;
+    }
+  }
+  return joined;
+}

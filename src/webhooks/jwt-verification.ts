@@ -30,6 +30,10 @@ export interface JwtCheckInput {
  * one message to the sender.
  */
 export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): Promise<Rejection | undefined> {
+  if (input.authorization?.includes(",") === true) {
+    // Two Authorization headers (joined), or a list in one: no JWT has a comma.
+    return unauthenticated("authorization_repeated", "Authorization must be given once, as Bearer <JWT>");
+  }
   const token = bearerToken(input.authorization);
   if (token === undefined) {
     return unauthenticated("authorization_missing", "Authorization: Bearer <JWT> is required for this listener");
@@ -121,6 +125,10 @@ function rejectionOf(e: unknown): Rejection {
   if (e instanceof JwksTooLargeError) return jwksUnusable("jwks_too_large");
   if (e instanceof JwksHttpStatusError) return jwksUnusable("jwks_http_status");
   if (e instanceof JwksNotJsonError) return jwksUnusable("jwks_invalid");
+  // jose refuses a key it fetched but cannot use with a plain TypeError (an RSA key under 2,048
+  // bits: "RS256 requires key modulusLength to be 2048 bits or larger"): the JWKS was reached, and
+  // holds no usable key. Everything else left is the fetch failing.
+  if (e instanceof TypeError && /key/i.test(e.message)) return jwksUnusable("jwks_invalid");
   return jwksUnusable("jwks_unreachable");
 }
 

@@ -15,6 +15,7 @@ import { parseJsonBody } from "./json-body.js";
 import { verifyWebhookJwt } from "./jwt-verification.js";
 import { lookUpListener, recheckListener, type ListenerDirectory } from "./listener-lookup.js";
 import { Rejection } from "./rejection.js";
+import { everyValueOf } from "../server/node-http.js";
 import { headerValue, requireHeaders, type HeaderMap } from "./required-headers.js";
 import type { SourceIpResolver } from "../server/source-ip.js";
 import { checkTimestamp } from "./timestamp-window.js";
@@ -49,6 +50,8 @@ export interface InboundWebhook {
   /** The TCP peer address. */
   peerAddress: string;
   headers: HeaderMap;
+  /** The headers as sent (Node's `rawHeaders`): a JWT listener reads every Authorization header, not Node's first. */
+  rawHeaders?: readonly string[];
   body: BodySource;
 }
 
@@ -131,7 +134,7 @@ export class WebhookPipeline {
     facts.bodyConsumed = true;
     // 6. authentication
     const keyWritesAtCheck = deps.hmacKeyWrites();
-    const authRejection = await this.authenticate(target, request.headers, headers.timestamp, headers.eventId, read.body);
+    const authRejection = await this.authenticate(target, request, headers.timestamp, headers.eventId, read.body);
     if (authRejection !== undefined) return authRejection;
     // 7. JSON
     const trigger = parseJsonBody(read.body);
@@ -186,16 +189,17 @@ export class WebhookPipeline {
 
   private authenticate(
     target: WebhookListenerTarget,
-    headers: HeaderMap,
+    request: InboundWebhook,
     timestamp: string,
     eventId: string,
     body: Buffer,
   ): Promise<Rejection | undefined> | Rejection | undefined {
     const { deps } = this;
     const trigger = target.trigger;
-    if (trigger.authMethod === "HMAC") return this.verifyHmac(target, headers, timestamp, eventId, body);
+    if (trigger.authMethod === "HMAC") return this.verifyHmac(target, request.headers, timestamp, eventId, body);
     return verifyWebhookJwt(deps.jwks, {
-      authorization: headerValue(headers, "authorization"),
+      // Every Authorization header sent: two are refused, not the first taken (as on the API).
+      authorization: request.rawHeaders === undefined ? headerValue(request.headers, "authorization") : everyValueOf(request.rawHeaders, "authorization"),
       jwksUrl: trigger.jwksUrl,
       baseUrl: deps.baseUrl,
       endpointUrl: webhookEndpointUrl(deps.baseUrl, trigger.listenerId),

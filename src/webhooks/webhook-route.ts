@@ -40,6 +40,7 @@ export function webhookRoute(
           listenerId,
           peerAddress: facts.peerAddress,
           headers: req.headers,
+          rawHeaders: req.rawHeaders,
           body: bodySource(req),
         });
       } catch (e) {
