@@ -192,6 +192,22 @@ describe("accessd webhook sign|send: what it refuses, and how a send fails", () 
     expect(emptyFile.stderr()).toBe(`accessd: --secret-file ${file} is empty: it must hold the listener's signing secret\n`);
   });
 
+  it("names the option and the file it cannot read or use: --data @file, --key (a bare ENOENT, and OpenSSL's DECODER error, before)", async () => {
+    const missing = join(keyDir(), "missing.json");
+    const noData = spawnCli(["webhook", "sign", "--url", hook.postUrl, "--data", `@${missing}`, "--secret", hook.secret], {});
+    expect(await noData.exited).toEqual({ code: 1, signal: null });
+    expect(noData.stderr()).toBe(`accessd: cannot read --data @${missing}: ENOENT: no such file or directory, open '${missing}'\n`);
+
+    const notAKey = join(keyDir(), "not-a-key.pem");
+    writeFileSync(notAKey, "this is no key\n");
+    const badKey = sign("--key", notAKey, "--kid", "k1");
+    expect(await badKey.exited).toEqual({ code: 1, signal: null });
+    expect(badKey.stderr()).toContain(`accessd: --key ${notAKey} is not a PEM private key (RSA, EC P-256 or Ed25519): `);
+    const noKey = sign("--key", missing, "--kid", "k1");
+    expect(await noKey.exited).toEqual({ code: 1, signal: null });
+    expect(noKey.stderr()).toBe(`accessd: cannot read --key ${missing}: ENOENT: no such file or directory, open '${missing}'\n`);
+  });
+
   it("sends with the secret read from --secret-file (kept out of argv), its trailing newline ignored", async () => {
     const file = join(keyDir(), "secret");
     writeFileSync(file, `${hook.secret}\n`, { mode: 0o600 });

@@ -1,4 +1,4 @@
-import { createPrivateKey } from "node:crypto";
+import { createPrivateKey, type KeyObject } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { checkEventId } from "../webhooks/event-id.js";
@@ -120,7 +120,7 @@ function withSigningOptions(command: Command): Command {
 }
 
 async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders; body: Buffer }> {
-  const body = flags.data.startsWith("@") ? readFileSync(flags.data.slice(1)) : Buffer.from(flags.data, "utf8");
+  const body = flags.data.startsWith("@") ? readOptionFile("--data @", flags.data.slice(1)) : Buffer.from(flags.data, "utf8");
   const request = { url: flags.url, body, eventId: flags.eventId, timestamp: flags.timestamp };
   const secret = hmacSecret(flags);
   if (secret !== undefined && flags.key === undefined) {
@@ -128,7 +128,7 @@ async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders
   }
   if (flags.key !== undefined && secret === undefined) {
     if (flags.kid === undefined) throw new Error("--kid is required with --key");
-    const privateKey = createPrivateKey(readFileSync(flags.key));
+    const privateKey = privateKeyOf(flags.key);
     const headers = await signJwtWebhook(request, {
       privateKey,
       kid: flags.kid,
@@ -149,13 +149,27 @@ function hmacSecret(flags: SignFlags): string | undefined {
     return flags.secret;
   }
   if (flags.secretFile === undefined) return undefined;
-  let text: string;
-  try {
-    text = readFileSync(flags.secretFile, "utf8");
-  } catch (e) {
-    throw new Error(`cannot read --secret-file ${flags.secretFile}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
-  }
+  const text = readOptionFile("--secret-file ", flags.secretFile).toString("utf8");
   const secret = text.replace(/\r?\n$/, ""); // what `echo "$SECRET" > file` adds
   if (secret === "") throw new Error(`--secret-file ${flags.secretFile} is empty: it must hold the listener's signing secret`);
   return secret;
+}
+
+/** The file an option names, or an error naming the option and the file (not a bare ENOENT). */
+function readOptionFile(option: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (e) {
+    throw new Error(`cannot read ${option}${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
+}
+
+/** The --key file's private key, or an error saying what it must be (not OpenSSL's "DECODER routines::unsupported"). */
+function privateKeyOf(path: string): KeyObject {
+  const pem = readOptionFile("--key ", path);
+  try {
+    return createPrivateKey(pem);
+  } catch (e) {
+    throw new Error(`--key ${path} is not a PEM private key (RSA, EC P-256 or Ed25519): ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  }
 }
