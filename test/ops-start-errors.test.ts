@@ -75,6 +75,13 @@ async function expectStopsNamingUnwritable(context: TestContext, database: strin
 }
 
 describe("a start whose database or key file cannot be used", () => {
+  it("names the database whose path runs through a file (Node's bare ENOTDIR named nothing)", async () => {
+    const file = join(tempDir(), "notes.txt");
+    writeFileSync(file, "notes\n");
+    const database = join(file, "accessd.db");
+    await expectStopsWith(serve({ ACCESSD_DATABASE: database }), 1, `accessd: cannot open the database ${database}: a part of its path is a file, not a folder`);
+  });
+
   it("names a folder given as the database, and makes no lock file beside it", async () => {
     const folder = join(tempDir(), "accessd.db");
     mkdirSync(folder);

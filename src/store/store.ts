@@ -51,7 +51,14 @@ function unwritableFilesNote(path: string): string {
  */
 export function refuseNonFileDatabase(path: string): void {
   if (path === ":memory:") return;
-  const stats = statSync(path, { throwIfNoEntry: false });
+  let stats: ReturnType<typeof statSync>;
+  try {
+    stats = statSync(path, { throwIfNoEntry: false });
+  } catch (e) {
+    // A file where the path needs a folder (`notes.txt/accessd.db`): Node's bare ENOTDIR named no database.
+    if ((e as NodeJS.ErrnoException).code === "ENOTDIR") throw new DatabaseOpenError(path, "a part of its path is a file, not a folder");
+    throw e;
+  }
   if (stats !== undefined && !stats.isFile()) {
     throw new DatabaseOpenError(path, stats.isDirectory() ? "it is a folder, not a file" : "it is not a regular file");
   }
