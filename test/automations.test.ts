@@ -288,6 +288,15 @@ describe("Execute with a context that has no JSON form", () => {
     expect(((await listed.json()) as { list: unknown[] }).list).toEqual([]);
   });
 
+  it("keeps a null context null, as a webhook's null body is (it was stored as {}), and takes no context as {}", async () => {
+    const automationId = await createAutomation([{ name: "a", log: { messageCel: "ctx.trigger == null" } }]);
+    const nullContext = await executeToEnd(automationId, null);
+    expect({ trigger: nullContext.trigger, output: nullContext.steps[0]?.output }).toEqual({ trigger: null, output: true });
+    const res = await server.call("POST", `/api/v1/automations/${automationId}/execute`, {});
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { execution: ExecutionJson }).execution.trigger).toEqual({});
+  });
+
   it("runs a context of 250,000 values (the check for non-finite numbers overflowed the stack: 500)", async () => {
     const automationId = await createAutomation([{ name: "a", log: { messageCel: "size(ctx.trigger.xs)" } }]);
     const execution = await executeToEnd(automationId, { xs: Array(250_000).fill(0), m: Object.fromEntries(Array.from({ length: 20_000 }, (_, i) => [`k${i}`, i])) });

@@ -1,3 +1,5 @@
+import type { JsonValue } from "@bufbuild/protobuf";
+import type { Value } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { Automations } from "../../gen/svc/api/automations/v1/automation_pb.js";
 import { enqueueExecution } from "../automations/enqueue-execution.js";
@@ -144,7 +146,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
       const execution = store.transaction(() => {
         const { id: executionId } = enqueueExecution(store, clock.now(), {
           automationId: id,
-          trigger: jsonFromValue(req.context, "context") ?? {},
+          trigger: contextAsTrigger(req.context),
         });
         // Read back as stored: the trigger as every later Get shows it (JSON text in the store).
         return store.executions.get(executionId);
@@ -155,4 +157,13 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
       return { execution: executionMessage(execution, steps.map((s) => s.name), []) };
     },
   };
+}
+
+/**
+ * An Execute's context as the execution's trigger: no context is `{}`; a JSON null given as the
+ * context stays null, as a webhook's `null` body does (`?? {}` made it `{}` as well).
+ */
+function contextAsTrigger(context: Value | undefined): JsonValue {
+  const json = jsonFromValue(context, "context");
+  return json === undefined ? {} : json;
 }
