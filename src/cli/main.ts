@@ -65,8 +65,7 @@ program
     const config = loadConfigOrExit();
     if (config.database === ":memory:") {
       // The client would be gone with this process: its secret printed for nothing.
-      process.stderr.write("accessd: ACCESSD_DATABASE is :memory:; a client bootstrapped there is gone when this command ends (use ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET with the server)\n");
-      process.exit(1);
+      throw new Error("ACCESSD_DATABASE is :memory:; a client bootstrapped there is gone when this command ends (use ACCESSD_BOOTSTRAP_CLIENT_ID/_SECRET with the server)");
     }
     refuseNonFileDatabase(config.database); // before the lock makes a file beside a folder
     const lock = ServingLock.acquire(config.database); // not while a server uses the database

@@ -120,7 +120,7 @@ function withSigningOptions(command: Command): Command {
 }
 
 async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders; body: Buffer }> {
-  const body = flags.data.startsWith("@") ? readOptionFile("--data @", flags.data.slice(1)) : Buffer.from(flags.data, "utf8");
+  const body = flags.data.startsWith("@") ? readOptionFile(`--data ${flags.data}`, flags.data.slice(1)) : Buffer.from(flags.data, "utf8");
   const request = { url: flags.url, body, eventId: flags.eventId, timestamp: flags.timestamp };
   const secret = hmacSecret(flags);
   if (secret !== undefined && flags.key === undefined) {
@@ -149,24 +149,24 @@ function hmacSecret(flags: SignFlags): string | undefined {
     return flags.secret;
   }
   if (flags.secretFile === undefined) return undefined;
-  const text = readOptionFile("--secret-file ", flags.secretFile).toString("utf8");
+  const text = readOptionFile(`--secret-file ${flags.secretFile}`, flags.secretFile).toString("utf8");
   const secret = text.replace(/\r?\n$/, ""); // what `echo "$SECRET" > file` adds
   if (secret === "") throw new Error(`--secret-file ${flags.secretFile} is empty: it must hold the listener's signing secret`);
   return secret;
 }
 
-/** The file an option names, or an error naming the option and the file (not a bare ENOENT). */
-function readOptionFile(option: string, path: string): Buffer {
+/** The file an option names (`given`: the option as given, e.g. `--key k.pem`), or an error naming it (not a bare ENOENT). */
+function readOptionFile(given: string, path: string): Buffer {
   try {
     return readFileSync(path);
   } catch (e) {
-    throw new Error(`cannot read ${option}${path}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    throw new Error(`cannot read ${given}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
   }
 }
 
 /** The --key file's private key, or an error saying what it must be (not OpenSSL's "DECODER routines::unsupported"). */
 function privateKeyOf(path: string): KeyObject {
-  const pem = readOptionFile("--key ", path);
+  const pem = readOptionFile(`--key ${path}`, path);
   try {
     return createPrivateKey(pem);
   } catch (e) {

@@ -253,11 +253,16 @@ function applyQuery(message: JsonObject, route: RestRoute, query: URLSearchParam
 
 /** The dotted proto-name path of a (proto- or JSON-named) field path, for comparisons. */
 function protoPath(message: DescMessage, fieldPath: readonly string[]): string {
+  return dottedPath(message, fieldPath, "name");
+}
+
+/** A (proto- or JSON-named) field path written with each field's proto or JSON name. */
+function dottedPath(message: DescMessage, fieldPath: readonly string[], naming: "name" | "jsonName"): string {
   const names: string[] = [];
   let current: DescMessage | undefined = message;
   for (const part of fieldPath) {
     const field: DescField | undefined = current === undefined ? undefined : findField(current, part);
-    names.push(field?.name ?? part);
+    names.push(field?.[naming] ?? part);
     current = field?.fieldKind === "message" ? field.message : undefined;
   }
   return names.join(".");
@@ -274,7 +279,6 @@ function setField(
   let target = root;
   let descriptor = message;
   const shown = fieldPath.join(".");
-  const jsonNames: string[] = [];
   for (let i = 0; i < fieldPath.length; i++) {
     const field = findField(descriptor, fieldPath[i] ?? "");
     if (field === undefined) {
@@ -282,11 +286,10 @@ function setField(
     }
     if (i < fieldPath.length - 1) {
       if (field.fieldKind !== "message") throw new RestRequestError(`${source} parameter ${shown} is not a message field`);
-      const next = givenValue(target, field);
-      jsonNames.push(field.jsonName);
+      const next = moveToJsonName(target, field);
       if (next !== undefined && (typeof next !== "object" || Array.isArray(next))) {
         // `{"app": "x"}` on POST /api/v1/apps/{app.id}: a wrong type, which Connect's decoder refuses too.
-        throw new RestRequestError(`field ${jsonNames.join(".")} must be a JSON object, not ${jsonKind(next)}`);
+        throw new RestRequestError(`field ${dottedPath(message, fieldPath.slice(0, i + 1), "jsonName")} must be a JSON object, not ${jsonKind(next)}`);
       }
       const child: JsonObject = next ?? {};
       target[field.jsonName] = child;
@@ -295,7 +298,7 @@ function setField(
       continue;
     }
     // The path's value replaces the body's, under either name (as gRPC-gateway's does).
-    if (source === "path") givenValue(target, field);
+    if (source === "path") moveToJsonName(target, field);
     const values = typeof raw === "string" ? [raw] : raw;
     if (field.fieldKind === "list") {
       if (field.listKind === "message") throw new RestRequestError(`${source} parameter ${shown} cannot be set from text`);
@@ -327,7 +330,7 @@ function setField(
  * the path's value set there replaces it, not stands beside it); undefined when absent or null
  * (proto3 JSON's "unset"). Both names given: left for the decoder, which refuses a field set twice.
  */
-function givenValue(target: JsonObject, field: DescField): JsonValue | undefined {
+function moveToJsonName(target: JsonObject, field: DescField): JsonValue | undefined {
   if (field.name !== field.jsonName && field.name in target && !(field.jsonName in target)) {
     target[field.jsonName] = target[field.name] ?? null;
     delete target[field.name];

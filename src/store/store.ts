@@ -21,7 +21,9 @@ import { WebhookRepositories } from "./webhook-repositories.js";
 export class DatabaseOpenError extends Error {
   constructor(path: string, cause: unknown) {
     const reason = cause instanceof Error ? cause.message : String(cause);
-    super(`cannot open the database ${path}: ${reason}${/readonly/i.test(reason) ? unwritableFilesNote(path) : ""}`, { cause });
+    // SQLITE_READONLY and its extended codes (SQLITE_READONLY_RECOVERY, ...): "attempt to write a readonly database".
+    const readOnly = cause instanceof Error && String((cause as NodeJS.ErrnoException).code).startsWith("SQLITE_READONLY");
+    super(`cannot open the database ${path}: ${reason}${readOnly ? unwritableFilesNote(path) : ""}`, { cause });
     this.name = "DatabaseOpenError";
   }
 }

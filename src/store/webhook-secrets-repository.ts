@@ -40,8 +40,7 @@ export class WebhookSecretsRepository {
   private readonly deleteForStmt;
   private readonly deleteExpiredStmt;
   private readonly newestStmt;
-  private readonly inGraceBeyondStmt;
-  private readonly deleteByIdStmt;
+  private readonly deleteInGraceBeyondStmt;
   /** Each automation's unexpired secrets (every HMAC webhook asks); cleared by every write below. */
   private readonly unexpired: ReadCache<string, readonly StoredWebhookSecret[]>;
 
@@ -62,12 +61,13 @@ export class WebhookSecretsRepository {
     );
     this.deleteForStmt = db.prepare<[string]>("DELETE FROM webhook_secrets WHERE automation_id = ?");
     this.newestStmt = db.prepare<[], SecretRow>("SELECT * FROM webhook_secrets ORDER BY id DESC LIMIT 1");
-    this.inGraceBeyondStmt = db
-      .prepare<[string, number], string>(
-        "SELECT id FROM webhook_secrets WHERE automation_id = ? AND expires_at IS NOT NULL ORDER BY id DESC LIMIT -1 OFFSET ?",
+    this.deleteInGraceBeyondStmt = db
+      .prepare<[string, string, number], string>(
+        `DELETE FROM webhook_secrets WHERE automation_id = ? AND id IN (
+           SELECT id FROM webhook_secrets WHERE automation_id = ? AND expires_at IS NOT NULL ORDER BY id DESC LIMIT -1 OFFSET ?
+         ) RETURNING id`,
       )
       .pluck();
-    this.deleteByIdStmt = db.prepare<[string]>("DELETE FROM webhook_secrets WHERE id = ?");
     this.deleteExpiredStmt = db.prepare<[number]>(
       "DELETE FROM webhook_secrets WHERE expires_at IS NOT NULL AND expires_at <= ?",
     );
@@ -107,12 +107,9 @@ export class WebhookSecretsRepository {
    * time-ordered); returns the ids deleted.
    */
   keepNewestInGrace(automationId: string, keep: number): string[] {
-    const beyond = this.inGraceBeyondStmt.all(automationId, keep);
-    if (beyond.length > 0) {
-      this.unexpired.clear();
-      for (const id of beyond) this.deleteByIdStmt.run(id);
-    }
-    return beyond;
+    const deleted = this.deleteInGraceBeyondStmt.all(automationId, automationId, keep);
+    if (deleted.length > 0) this.unexpired.clear();
+    return deleted;
   }
 
   deleteFor(automationId: string): void {

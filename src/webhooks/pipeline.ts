@@ -15,8 +15,8 @@ import { parseJsonBody } from "./json-body.js";
 import { verifyWebhookJwt } from "./jwt-verification.js";
 import { lookUpListener, recheckListener, type ListenerDirectory } from "./listener-lookup.js";
 import { Rejection } from "./rejection.js";
-import { everyValueOf } from "../server/node-http.js";
 import { headerValue, requireHeaders, type HeaderMap } from "./required-headers.js";
+import { everyValueOf } from "../server/node-http.js";
 import type { SourceIpResolver } from "../server/source-ip.js";
 import { checkTimestamp } from "./timestamp-window.js";
 
@@ -51,7 +51,7 @@ export interface InboundWebhook {
   peerAddress: string;
   headers: HeaderMap;
   /** The headers as sent (Node's `rawHeaders`): a JWT listener reads every Authorization header, not Node's first. */
-  rawHeaders?: readonly string[];
+  rawHeaders: readonly string[];
   body: BodySource;
 }
 
@@ -199,7 +199,7 @@ export class WebhookPipeline {
     if (trigger.authMethod === "HMAC") return this.verifyHmac(target, request.headers, timestamp, eventId, body);
     return verifyWebhookJwt(deps.jwks, {
       // Every Authorization header sent: two are refused, not the first taken (as on the API).
-      authorization: request.rawHeaders === undefined ? headerValue(request.headers, "authorization") : everyValueOf(request.rawHeaders, "authorization"),
+      authorization: everyValueOf(request.rawHeaders, "authorization"),
       jwksUrl: trigger.jwksUrl,
       baseUrl: deps.baseUrl,
       endpointUrl: webhookEndpointUrl(deps.baseUrl, trigger.listenerId),
