@@ -23,6 +23,7 @@ import { buildOpenApi, openApiRoute } from "./openapi/index.js";
 import { ConnectHandlers } from "./server/connect-handlers.js";
 import { HttpServer } from "./server/http-server.js";
 import { loggingInterceptor, logUnobservedAnswer } from "./server/logging-interceptor.js";
+import { malformedStreamMessageInterceptor } from "./server/connect-refusals.js";
 import { storeUnavailableInterceptor } from "./server/store-unavailable.js";
 import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
@@ -184,7 +185,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const apiServices = [...new Set(connect.handlers.map((h) => h.service))];
   // Health and reflection answer without a token (probes, grpcurl): their own router, no authorization.
   const publicConnect = new ConnectHandlers({
-    interceptors: [loggingInterceptor(log), metricsInterceptor(metrics)],
+    interceptors: [loggingInterceptor(log), metricsInterceptor(metrics), malformedStreamMessageInterceptor()],
     maxBodyBytes: config.apiMaxBodyBytes,
     log,
     routes: (router) =>

@@ -1,13 +1,54 @@
 import { createAsyncIterable, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { brotliDecompressSync, gunzipSync } from "node:zlib";
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor, type StreamResponse } from "@connectrpc/connect";
 import { codeName, codeOfName } from "./outcome-codes.js";
+import { requestFactsKey } from "./request-context.js";
 
 /**
  * connect-es's messages, with code `internal`, for a request body that is not valid protobuf
  * binary or does not decompress: the client's mistake, not the server's.
  */
 const malformedRequestBody = /^(parse binary: |decompression failed)/;
+
+/**
+ * True for connect-es's `internal` error of a request message that does not decode (see
+ * malformedRequestBody): the client's mistake, which the log must not take for the server's.
+ */
+export function isMalformedRequestMessage(error: unknown): error is ConnectError {
+  return error instanceof ConnectError && error.code === Code.Internal && malformedRequestBody.test(error.rawMessage);
+}
+
+/**
+ * A streaming call's request messages are decoded inside the call, where no refusal of a unary
+ * body (asApiRefusal) reaches: a reflection stream or a Health Watch whose message does not decode
+ * ended `internal` over Connect too. Over Connect that is `invalid_argument`, as its unary calls
+ * answer (and connect-go); gRPC and gRPC-Web keep `internal`, as grpc-go answers it. Innermost
+ * interceptor, so the log and the metrics see the code answered.
+ */
+export function malformedStreamMessageInterceptor(): Interceptor {
+  return (next) => async (req) => {
+    if (!req.stream || req.contextValues.get(requestFactsKey).protocol !== "connect") return next(req);
+    const asInvalidArgument = (e: unknown): unknown =>
+      isMalformedRequestMessage(e) ? new ConnectError(e.rawMessage, Code.InvalidArgument, e.metadata) : e;
+    let res: StreamResponse;
+    try {
+      res = (await next(req)) as StreamResponse;
+    } catch (e) {
+      throw asInvalidArgument(e);
+    }
+    const messages = res.message;
+    return {
+      ...res,
+      message: (async function* () {
+        try {
+          yield* messages;
+        } catch (e) {
+          throw asInvalidArgument(e);
+        }
+      })(),
+    };
+  };
+}
 
 /**
  * Brings the Connect handlers' refusals of malformed requests in line with the rest of the API:

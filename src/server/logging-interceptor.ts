@@ -1,6 +1,7 @@
 import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "../logger.js";
 import { callWithOutcome } from "./call-outcome.js";
+import { isMalformedRequestMessage } from "./connect-refusals.js";
 import type { UnobservedAnswer } from "./http-server.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 import { operationName } from "./operation-name.js";
@@ -21,7 +22,10 @@ export function loggingInterceptor(log: Logger): Interceptor {
     // A stream (Health Watch) is logged when it ends, with its outcome and its whole duration, as
     // the metrics count it.
     return callWithOutcome(next, req, (code, error) => {
-      const level = rpcLogLevel(code);
+      // A streaming call's message that does not decode (gRPC's `internal`, see
+      // malformedStreamMessageInterceptor) is the client's: health and reflection take no token,
+      // so an error line each would let anyone fill the error log.
+      const level = isMalformedRequestMessage(error) ? "info" : rpcLogLevel(code);
       log[level]({ ...fields, ...callerOf(facts), code, durationMs: elapsed(started), ...(level === "error" ? { err: error } : {}) }, "rpc");
     });
   };
