@@ -5,6 +5,7 @@ import { dirname, join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import * as compiledExpression from "../src/automations/compiled-expression.js";
 import { maxExecutionOutputChars } from "../src/automations/json-cel.js";
+import { maxJsonDepth } from "../src/automations/json-depth.js";
 import { StepContext } from "../src/automations/step-context.js";
 import type { ExecutionJson } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
@@ -262,6 +263,51 @@ describe("a runaway expression", () => {
     expect(res.status).toBe(400);
     expect(((await res.json()) as { message: string }).message).toContain(`nested more than ${compiledExpression.maxExpressionDepth} levels deep`);
   });
+
+  it("counts an output's strings as JSON writes them: 60,000 control characters are 360,000 characters, not 60,000 (an execution's outputs reached 6 MB)", async () => {
+    const id = await createAutomation(server, [{ name: "escaped", log: { messageCel: 'ctx.trigger.l.map(x, ctx.trigger.s).join("")' } }]);
+    const run = await executeToEnd(server, id, { s: "\u0001".repeat(60_000), l: Array(17).fill(0) });
+    expect(run.state).toBe("FAILED");
+    expect(run.steps[0]?.error).toMatch(/^messageCel: the output would take the execution's step outputs past 1048576 characters of JSON/);
+    // Within the limit as JSON writes it: 2 x 60,000 x 6 characters and the quotes.
+    expect((await executeToEnd(server, id, { s: "\u0001".repeat(60_000), l: [0, 0] })).state).toBe("SUCCEEDED");
+  });
+
+  it(`fails a step whose output nests lists and maps deeper than ${maxJsonDepth} levels (its execution could not be read: 500 on every Get)`, async () => {
+    const wrap = (levels: number) => "[".repeat(levels) + "ctx.trigger" + "]".repeat(levels);
+    const trigger = JSON.parse('{"a":'.repeat(maxJsonDepth - 3) + "1" + "}".repeat(maxJsonDepth - 3)) as unknown;
+    const id = await createAutomation(server, [
+      { name: "fits", log: { messageCel: wrap(3) } },
+      { name: "too_deep", log: { messageCel: wrap(4) } },
+    ]);
+    const run = await executeToEnd(server, id, trigger);
+    expect(run.steps.map((step) => [step.state, step.error])).toEqual([
+      ["SUCCEEDED", undefined],
+      ["FAILED", `messageCel: the output nests lists and maps deeper than ${maxJsonDepth} levels`],
+    ]);
+  });
+
+  it(`refuses an Execute context nested deeper than ${maxJsonDepth} levels with 400, as a webhook body`, async () => {
+    const id = await createAutomation(server, [{ name: "echo", log: { messageCel: "ctx.trigger" } }]);
+    const nested = (levels: number) => JSON.parse("[".repeat(levels) + "]".repeat(levels)) as unknown;
+    expect((await server.call("POST", `/api/v1/automations/${id}/execute`, { context: nested(maxJsonDepth) })).status).toBe(200);
+    const res = await server.call("POST", `/api/v1/automations/${id}/execute`, { context: nested(maxJsonDepth + 1) });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({ code: "invalid_argument", message: `context nests lists and structs deeper than ${maxJsonDepth} levels` });
+  });
+
+  it.each(["9223372036854775808", "-9223372036854775809", "18446744073709551616u", "0x10000000000000000", "[1, 99999999999999999999]"])(
+    "refuses an integer literal out of its type's range with 400, as the CEL spec makes it a syntax error (it was a 500): %s",
+    async (literal) => {
+      const res = await server.call("POST", "/api/v1/automations", {
+        displayName: "CEL",
+        trigger: { manual: {} },
+        steps: [{ name: "big", log: { messageCel: literal } }],
+      });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { message: string }).message).toMatch(/integer literal -?\d+u? is out of range/);
+    },
+  );
 
   it("fails the step of a stored expression this version cannot compile, and runs the executions queued behind it", async () => {
     // As if saved by an earlier version without the depth limit: written to the store directly.

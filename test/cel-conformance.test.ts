@@ -47,3 +47,34 @@ describe("casts as the CEL spec and cel-go have them (cel-es 0.6.1 differs)", ()
     }
   });
 });
+
+describe("the CEL source as the spec reads it (cel-es 0.6.1's parser differs)", () => {
+  it("takes a comment anywhere white space may be: at the end without a line break, several in a row (cel-es refused both)", () => {
+    expect(valueOf("1 + 2 // three")).toBe(3);
+    expect(valueOf("1 +\n// one\n// two\n2")).toBe(3);
+    expect(valueOf("[1, // one\r\n 2 // two\n]")).toEqual([1, 2]);
+    // Inside a literal, // is text; a comment's quotes and brackets are not the expression's.
+    expect(valueOf(String.raw`'a // b' + "//" + r'\' // it's ((( "`)).toBe("a // b//\\");
+    expect(valueOf("'''x // y''' // z")).toBe("x // y");
+  });
+
+  it("keeps every position: an error after comments is placed where it is in the source", () => {
+    expect(() => compileExpression("// one\n// two\n1 2")).toThrow(expect.objectContaining({ name: "CelSyntaxError", offset: 16 }));
+    expect(() => compileExpression("[1, // one\n 2 3]")).toThrow(expect.objectContaining({ name: "CelSyntaxError", offset: 14 }));
+  });
+
+  it.each([
+    ["9223372036854775808", "integer literal 9223372036854775808 is out of range (int: -2^63 to 2^63-1)", 0],
+    ["-9223372036854775809", "integer literal -9223372036854775809 is out of range (int: -2^63 to 2^63-1)", 0],
+    ["18446744073709551616u", "integer literal 18446744073709551616u is out of range (uint: 0 to 2^64-1)", 0],
+    ["[1, 0x10000000000000000]", "integer literal 18446744073709551616 is out of range (int: -2^63 to 2^63-1)", 4],
+  ])("refuses %s as a syntax error at its position (cel-es kept it as a bigint of any size)", (source, message, offset) => {
+    expect(() => compileExpression(source)).toThrow(expect.objectContaining({ name: "CelSyntaxError", message, offset }));
+  });
+
+  it("takes the extremes of int and uint", () => {
+    expect(valueOf("string(-9223372036854775808) + ' ' + string(9223372036854775807) + ' ' + string(18446744073709551615u)")).toBe(
+      "-9223372036854775808 9223372036854775807 18446744073709551615",
+    );
+  });
+});

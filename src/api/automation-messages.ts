@@ -1,5 +1,6 @@
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromMs, ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
+import { maxJsonDepth } from "../automations/json-depth.js";
 import { randomBytes } from "node:crypto";
 import {
   AutomationSchema,
@@ -156,22 +157,29 @@ export function executionStateFromMessage(state: AutomationExecution_State): Exe
  */
 export function jsonFromValue(value: Value | undefined, field: string): JsonValue | undefined {
   if (value === undefined) return undefined;
-  if (holdsNonFiniteNumber(value)) {
-    throw invalidArgument(`${field} holds a number that is not finite (NaN, Infinity, or beyond a double's range such as 1e400)`);
-  }
+  refuseUnstorable(value, field);
   return toJson(ValueSchema, value);
 }
 
-function holdsNonFiniteNumber(value: Value): boolean {
-  const pending: Value[] = [value];
+/**
+ * Refuses a Value an execution cannot hold as it was given: a number that is not finite (JSON
+ * has none; stored, it would come back as null) or lists and structs nested deeper than
+ * maxJsonDepth (its execution could not be read by protobuf clients; a webhook body is held to
+ * the same limit).
+ */
+function refuseUnstorable(value: Value, field: string): void {
+  const pending: [Value, number][] = [[value, 0]];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
-    const kind = next.kind;
-    if (kind.case === "numberValue" && !Number.isFinite(kind.value)) return true;
+    const [{ kind }, depth] = next;
+    if (kind.case === "numberValue" && !Number.isFinite(kind.value)) {
+      throw invalidArgument(`${field} holds a number that is not finite (NaN, Infinity, or beyond a double's range such as 1e400)`);
+    }
+    if (kind.case !== "listValue" && kind.case !== "structValue") continue;
+    if (depth + 1 > maxJsonDepth) throw invalidArgument(`${field} nests lists and structs deeper than ${maxJsonDepth} levels`);
     // One push at a time: spreading 200,000 values into push() overflowed the stack (a 500).
-    if (kind.case === "listValue") for (const item of kind.value.values) pending.push(item);
-    if (kind.case === "structValue") for (const item of Object.values(kind.value.fields)) pending.push(item);
+    const items = kind.case === "listValue" ? kind.value.values : Object.values(kind.value.fields);
+    for (const item of items) pending.push([item, depth + 1]);
   }
-  return false;
 }
 
 /**

@@ -107,13 +107,17 @@ export function compileExpression(source: string): CompiledExpression {
   }
   let parsed: ParsedCel;
   try {
-    parsed = parse(source);
+    parsed = parse(commentsBlanked(source));
   } catch (e) {
     throw syntaxError(e);
   }
   const tooDeep = firstExprDeeperThan(parsed.expr, maxExpressionDepth);
   if (tooDeep !== undefined) {
     throw new CelSyntaxError(`nested more than ${maxExpressionDepth} levels deep`, offsetOf(parsed, tooDeep.id));
+  }
+  const outOfRange = firstIntegerLiteralOutOfRange(parsed.expr);
+  if (outOfRange !== undefined) {
+    throw new CelSyntaxError(`integer literal ${outOfRange.text} is out of range (${outOfRange.range})`, offsetOf(parsed, outOfRange.id));
   }
   // Planning rewrites its own copy; `parsed` stays as written, for messages and reference checks.
   const program = plan(plannedEnvironment, forBudgetedPlanning(clone(ParsedExprSchema, parsed) as ParsedCel));
@@ -269,28 +273,93 @@ function collectAccesses(root: Expr): FieldAccess[] {
  */
 function firstBracketDeeperThan(source: string, maxDepth: number): number | undefined {
   let depth = 0;
-  for (let i = 0; i < source.length; i++) {
-    const c = source[i];
-    if (c === "(" || c === "[" || c === "{") {
-      if (++depth > maxDepth) return i;
-    } else if (c === ")" || c === "]" || c === "}") {
-      depth = Math.max(0, depth - 1);
-    } else if (c === "/" && source[i + 1] === "/") {
-      // A comment, to the end of its line: its brackets and quotes are not the expression's.
-      const end = source.indexOf("\n", i);
-      i = end === -1 ? source.length : end;
-    } else if (c === '"' || c === "'") {
-      // A raw literal's prefix (r"...", rb"...", BR'...') turns escapes off.
-      let start = i;
-      while (start > 0 && i - start < 2 && /[rRbB]/.test(source[start - 1] ?? "")) start--;
-      const raw = /[rR]/.test(source.slice(start, i)) && (start === 0 || !/[A-Za-z0-9_]/.test(source[start - 1] ?? ""));
-      const quote = source.startsWith(c.repeat(3), i) ? c.repeat(3) : c;
-      let j = i + quote.length;
-      while (j < source.length && !source.startsWith(quote, j)) j += !raw && source[j] === "\\" ? 2 : 1;
-      i = j + quote.length - 1;
+  for (const span of lexicalSpans(source)) {
+    if (span.kind !== "code") continue;
+    for (let i = span.start; i < span.end; i++) {
+      const c = source[i];
+      if (c === "(" || c === "[" || c === "{") {
+        if (++depth > maxDepth) return i;
+      } else if (c === ")" || c === "]" || c === "}") {
+        depth = Math.max(0, depth - 1);
+      }
     }
   }
   return undefined;
+}
+
+/**
+ * `source` with each comment replaced by as many spaces, so that every offset stays the same.
+ * cel-es's parser takes at most one comment between two tokens and only one that a line break
+ * ends: `1 // one`, and two comment lines in a row, were syntax errors.
+ */
+export function commentsBlanked(source: string): string {
+  let blanked = "";
+  let copied = 0;
+  for (const span of lexicalSpans(source)) {
+    if (span.kind !== "comment") continue;
+    blanked += source.slice(copied, span.start) + " ".repeat(span.end - span.start);
+    copied = span.end;
+  }
+  return copied === 0 ? source : blanked + source.slice(copied);
+}
+
+/**
+ * An expression's source in spans: code, comments (`//` to the end of the line) and string or
+ * bytes literals (quoted '...', "...", or tripled; a raw literal's prefix, r"..." or rb'...',
+ * turns escapes off). An unterminated literal runs to the end.
+ */
+function* lexicalSpans(source: string): Generator<{ kind: "code" | "comment" | "literal"; start: number; end: number }> {
+  let codeStart = 0;
+  for (let i = 0; i < source.length; i++) {
+    const c = source[i];
+    let end: number;
+    let kind: "comment" | "literal";
+    if (c === "/" && source[i + 1] === "/") {
+      kind = "comment";
+      const lineEnd = source.slice(i).search(/[\r\n]/);
+      end = lineEnd === -1 ? source.length : i + lineEnd;
+    } else if (c === '"' || c === "'") {
+      kind = "literal";
+      let prefixStart = i;
+      while (prefixStart > 0 && i - prefixStart < 2 && /[rRbB]/.test(source[prefixStart - 1] ?? "")) prefixStart--;
+      const raw = /[rR]/.test(source.slice(prefixStart, i)) && (prefixStart === 0 || !/[A-Za-z0-9_]/.test(source[prefixStart - 1] ?? ""));
+      const quote = source.startsWith(c.repeat(3), i) ? c.repeat(3) : c;
+      let j = i + quote.length;
+      while (j < source.length && !source.startsWith(quote, j)) j += !raw && source[j] === "\\" ? 2 : 1;
+      end = Math.min(source.length, j + quote.length);
+    } else {
+      continue;
+    }
+    if (codeStart < i) yield { kind: "code", start: codeStart, end: i };
+    yield { kind, start: i, end };
+    codeStart = end;
+    i = end - 1;
+  }
+  if (codeStart < source.length) yield { kind: "code", start: codeStart, end: source.length };
+}
+
+const int64Range = { min: -(2n ** 63n), max: 2n ** 63n - 1n, text: "int: -2^63 to 2^63-1" };
+const uint64Range = { min: 0n, max: 2n ** 64n - 1n, text: "uint: 0 to 2^64-1" };
+
+/**
+ * The first int or uint literal outside its type's range (`9223372036854775808`,
+ * `18446744073709551616u`), which the CEL spec makes a parse error. cel-es's parser keeps such
+ * a literal as a bigint of any size, and the expression's planning then threw from deep inside
+ * protobuf-es (a 500 for the Create that saved it).
+ */
+function firstIntegerLiteralOutOfRange(root: Expr | undefined): { id: bigint; text: string; range: string } | undefined {
+  let found: { id: bigint; text: string; range: string } | undefined;
+  forEachExpr(root, (expr) => {
+    const kind = expr.exprKind;
+    if (found !== undefined || kind.case !== "constExpr") return;
+    const constant = kind.value.constantKind;
+    const range = constant.case === "int64Value" ? int64Range : constant.case === "uint64Value" ? uint64Range : undefined;
+    if (range === undefined || typeof constant.value !== "bigint") return;
+    if (constant.value < range.min || constant.value > range.max) {
+      found = { id: expr.id, text: `${constant.value}${constant.case === "uint64Value" ? "u" : ""}`, range: range.text };
+    }
+  });
+  return found;
 }
 
 /** A sub-expression at more than `maxDepth` levels (the root is level 1), found without recursion. */

@@ -1,5 +1,5 @@
 import type { JsonValue } from "@bufbuild/protobuf";
-import { maxJsonDepth, nestsDeeperThan } from "./json-depth.js";
+import { maxJsonDepth, nestsDeeperThan } from "../automations/json-depth.js";
 import { badRequest, type Rejection } from "./rejection.js";
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
