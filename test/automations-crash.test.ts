@@ -179,7 +179,7 @@ describe("crash safety", () => {
     const last = await serveSlowSteps(400);
     await until("the execution behind it has run", async () => (await state(last, behind)) === "SUCCEEDED");
     const ended = (await last.call<{ execution: ExecutionJson & { error: string } }>("GET", `/api/v1/automation_executions/${poisoned}`)).execution;
-    expect(ended).toMatchObject({ state: "FAILED", steps: [{ name: "fatal", state: "PENDING" }] }); // never run
+    expect(ended).toMatchObject({ state: "FAILED", steps: [{ name: "fatal", state: "FAILED", error: expect.stringMatching(/^was running when the process died/) }] });
     // A batch's log lines are written after its commit, in the background: the state can be seen first.
     await until("the log line of the execution behind it is written", () => automationLogLines(last.cli).length > 0);
     expect(automationLogLines(last.cli)).toEqual([`${behind}/fatal`]);

@@ -210,8 +210,29 @@ describe("ExecutionRunner", () => {
 
     runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false); // rolled back; the culprit ended on its own
     expect(store.executions.get(ids[1]!)).toMatchObject({ state: "FAILED", error: "internal error: TypeError: a bug" });
+    expect(store.executions.steps(ids[1]!)).toEqual([]); // the bug was in recording the step: ended alone
     runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
     expect([ids[0], ids[2]].map((id) => store.executions.get(id!)?.state)).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+  });
+
+  it("records the step a bug struck as FAILED with the internal error, so the execution shows where it ended", () => {
+    const { store, automationId } = storeWithAutomation([logStep("a"), logStep("b"), logStep("c")]);
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log, programs: new ProgramCache() });
+    const id = enqueue(store, automationId, 1);
+    // A bug that strikes once, when step b is recorded.
+    const recordStep = store.executions.recordStep.bind(store.executions);
+    let struck = false;
+    vi.spyOn(store.executions, "recordStep").mockImplementation((executionId, record) => {
+      if (record.name === "b" && !struck) {
+        struck = true;
+        throw new RangeError("a bug");
+      }
+      recordStep(executionId, record);
+    });
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
+    expect(store.executions.get(id)).toMatchObject({ state: "FAILED", error: "internal error: RangeError: a bug" });
+    // Step a's record was rolled back with the batch (its effects too): it shows PENDING, as c does.
+    expect(store.executions.steps(id).map((s) => [s.position, s.name, s.state, s.error])).toEqual([[1, "b", "FAILED", "internal error: RangeError: a bug"]]);
   });
 
   it("leaves every execution as it was, and throws, when the store fails (the worker tries again later)", () => {
@@ -412,7 +433,11 @@ describe("ExecutionWorker after an unclean stop", () => {
       state: "FAILED",
       error: 'step "b" was running when the process died, in 2 starts in a row after an unclean stop (each time alone); it is not run again',
     });
-    expect(store.executions.steps(poisoned).map((s) => s.name)).toEqual(["a"]);
+    // The step it died in shows FAILED, not PENDING.
+    expect(store.executions.steps(poisoned).map((s) => [s.name, s.state, s.error])).toEqual([
+      ["a", "SUCCEEDED", ""],
+      ["b", "FAILED", "was running when the process died, in 2 starts in a row after an unclean stop (each time alone); it is not run again"],
+    ]);
     expect(store.executions.get(next)?.state).toBe("SUCCEEDED");
   });
 });

@@ -412,6 +412,8 @@ describe("saving automations", () => {
       'steps[0] ("f").messageCel: unknown function "frobnicate" at 1:1',
     ],
     ["a reserved step name", [{ name: "trigger", log: { messageCel: "1" } }], 'steps[0].name "trigger" is reserved (ctx.trigger)'],
+    ["a CEL reserved word as a step name", [{ name: "in", log: { messageCel: "1" } }], 'steps[0].name "in" is a CEL reserved word: ctx.in could not be written'],
+    ["a CEL keyword as a step name", [{ name: "null", log: { messageCel: "1" } }], 'steps[0].name "null" is a CEL reserved word: ctx.null could not be written'],
     ["a repeated step name", [{ name: "a", log: { messageCel: "1" } }, { name: "a", log: { messageCel: "2" } }], 'steps[1].name "a" is used by an earlier step'],
     ["a step without an action", [{ name: "a" }], "steps[0] needs an action: addEntitlementOwner, removeEntitlementOwner or log"],
     ["an empty expression", [{ name: "a", log: { messageCel: " " } }], 'steps[0] ("a").messageCel is required'],

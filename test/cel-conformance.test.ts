@@ -1,7 +1,7 @@
 import { isCelError, type CelInput, type CelResult } from "@bufbuild/cel";
 import { describe, expect, it } from "vitest";
 import { compileExpression } from "../src/automations/compiled-expression.js";
-import { celToJson, jsonToCel } from "../src/automations/json-cel.js";
+import { celToJson, jsonToCel, OutputError } from "../src/automations/json-cel.js";
 
 /** Evaluates `source` as a step does, with `ctx.trigger` bound to `trigger`. */
 function run(source: string, trigger: unknown = {}): CelResult {
@@ -76,5 +76,20 @@ describe("the CEL source as the spec reads it (cel-es 0.6.1's parser differs)", 
     expect(valueOf("string(-9223372036854775808) + ' ' + string(9223372036854775807) + ' ' + string(18446744073709551615u)")).toBe(
       "-9223372036854775808 9223372036854775807 18446744073709551615",
     );
+  });
+});
+
+describe("outputs of protobuf messages CEL builds", () => {
+  it.each([
+    ["google.protobuf.Duration{nanos: 2000000000}", "the output's google.protobuf.Duration cannot be written as JSON: a field is out of range"],
+    ["google.protobuf.Duration{seconds: 315576000001}", "the output's google.protobuf.Duration cannot be written as JSON: cannot encode message google.protobuf.Duration to JSON: value out of range"],
+    ["google.protobuf.Timestamp{seconds: 253402300800}", expect.stringMatching(/^the output's google.protobuf.Timestamp cannot be written as JSON: .*9999-12-31/)],
+  ])("fail their step when JSON cannot hold them, %s (an internal error before, which logged a stack)", (source, message) => {
+    expect(() => valueOf(source)).toThrow(expect.objectContaining({ message }));
+    expect(() => valueOf(source)).toThrow(OutputError);
+  });
+
+  it("are their JSON form when it can", () => {
+    expect(valueOf("google.protobuf.Duration{seconds: 5, nanos: 500000000}")).toBe("5.500s");
   });
 });

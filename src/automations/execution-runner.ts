@@ -95,6 +95,8 @@ export class ExecutionRunner {
   private queueEmptied = false;
   /** The execution the running unit works on (a claim's or a step's): the one to fail if the unit throws. */
   private inHand: Execution | undefined;
+  /** The step of `inHand` the running unit is (undefined for a claim), to name it if the unit throws. */
+  private stepInHand: { position: number; name: string } | undefined;
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
 
@@ -154,6 +156,7 @@ export class ExecutionRunner {
       store.transaction(() => {
         while (units < limits.maxUnits && !stopping() && (units === 0 || performance.now() - started < limits.maxMs)) {
           this.inHand = this.current?.execution;
+          this.stepInHand = undefined;
           if (this.current === undefined) {
             const claimed = this.claim(lines);
             if (claimed === undefined) {
@@ -165,6 +168,8 @@ export class ExecutionRunner {
             continue;
           }
           units++;
+          const { position, steps } = this.current;
+          this.stepInHand = { position, name: steps[position]?.name ?? "" };
           if (this.runNextStep(this.current, lines)) this.current = undefined;
         }
         // An execution claimed and finished within the batch goes from PENDING to its end in one
@@ -179,11 +184,13 @@ export class ExecutionRunner {
       // Rolled back: what `current` holds was not recorded, and what the batch claimed is unclaimed
       // again; the next claim reads the queue from the store.
       const culprit = this.inHand;
+      const culpritStep = this.stepInHand;
       this.inHand = undefined;
+      this.stepInHand = undefined;
       this.current = undefined;
       this.rereadQueue();
       if (culprit === undefined || !isFaultOfTheExecution(e)) throw e; // the store failing: the worker tries again later
-      this.failOnInternalError(culprit, e);
+      this.failOnInternalError(culprit, culpritStep, e);
       return units;
     }
     this.inHand = undefined;
@@ -208,11 +215,11 @@ export class ExecutionRunner {
   }
 
   /**
-   * Ends `execution` FAILED with `reason`, in a transaction of its own, without running more of
-   * it; the queue goes on after it.
+   * Ends `execution` FAILED with `reason`, and `step` FAILED with `stepError`, in a transaction of
+   * its own, without running more of it; the queue goes on after it.
    */
-  abandon(execution: Execution, reason: string): void {
-    this.options.store.transaction(() => this.finish(execution, "FAILED", reason));
+  abandon(execution: Execution, step: { position: number; name: string }, stepError: string, reason: string): void {
+    this.endWithFailedStep(execution, step, stepError, reason);
     if (this.current?.execution.id === execution.id) this.current = undefined;
     this.rereadQueue();
   }
@@ -315,11 +322,38 @@ export class ExecutionRunner {
    * good. The batch is rolled back; its execution alone is ended FAILED, in a transaction of its
    * own, and the others run again as they were.
    */
-  private failOnInternalError(execution: Execution, error: unknown): void {
-    const { store, log } = this.options;
-    const reason = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    log.error({ err: error, executionId: execution.id, automationId: execution.automationId }, "automation execution failed on an internal error");
-    store.transaction(() => this.finish(execution, "FAILED", boundedErrorText(`internal error: ${reason}`)));
+  private failOnInternalError(execution: Execution, step: { position: number; name: string } | undefined, error: unknown): void {
+    const { log } = this.options;
+    const reason = boundedErrorText(`internal error: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
+    log.error({ err: error, executionId: execution.id, automationId: execution.automationId, step: step?.name }, "automation execution failed on an internal error");
+    this.endWithFailedStep(execution, step, reason, reason);
+  }
+
+  /**
+   * Ends `execution` FAILED with `executionError`, and records `step` (when known) FAILED with
+   * `stepError`, so that its steps show which one it ended in (they showed every step PENDING).
+   * Should recording the step throw too (the bug may be in that very write), the execution is
+   * ended alone: ended it must be, or it would hold the queue behind it.
+   */
+  private endWithFailedStep(
+    execution: Execution,
+    step: { position: number; name: string } | undefined,
+    stepError: string,
+    executionError: string,
+  ): void {
+    const { store, clock } = this.options;
+    const now = clock.now();
+    const failedStep: StepRecord | undefined =
+      step === undefined ? undefined : { ...step, state: "FAILED", output: undefined, error: stepError, startedAt: now, finishedAt: now };
+    try {
+      store.transaction(() => {
+        if (failedStep !== undefined) store.executions.recordStep(execution.id, failedStep);
+        this.finish(execution, "FAILED", executionError);
+      });
+    } catch (e) {
+      if (failedStep === undefined || !isFaultOfTheExecution(e)) throw e;
+      store.transaction(() => this.finish(execution, "FAILED", executionError));
+    }
   }
 
   private finish(execution: Execution, state: "SUCCEEDED" | "FAILED", error: string): void {

@@ -177,9 +177,10 @@ export class ExecutionWorker {
     if (step !== "claim") {
       const attempts = this.guard.enterStep(execution.id, step.position);
       if (this.guard.exhausted(attempts)) {
-        const reason = `step "${step.name}" was running when the process died, in ${this.guard.maxCarefulAttempts} starts in a row after an unclean stop (each time alone); it is not run again`;
+        const stepError = `was running when the process died, in ${this.guard.maxCarefulAttempts} starts in a row after an unclean stop (each time alone); it is not run again`;
+        const reason = `step "${step.name}" ${stepError}`;
         this.log.error({ executionId: execution.id, automationId: execution.automationId, step: step.name }, `automation execution failed: ${reason}`);
-        this.runner.abandon(execution, reason);
+        this.runner.abandon(execution, step, stepError, reason);
         this.guard.ranCarefully();
         return 1;
       }

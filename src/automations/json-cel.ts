@@ -27,8 +27,11 @@ export function jsonToCel(value: JsonValue): CelInput {
  */
 export const maxExecutionOutputChars = 1024 * 1024;
 
+/** A value a step produced that cannot be its output (the step fails with its message). */
+export class OutputError extends Error {}
+
 /** A step output past what is left of maxExecutionOutputChars. */
-export class OutputTooLargeError extends Error {
+export class OutputTooLargeError extends OutputError {
   constructor(left: number) {
     super(
       `the output would take the execution's step outputs past ${maxExecutionOutputChars} characters of JSON in all (${left} were left)`,
@@ -38,7 +41,7 @@ export class OutputTooLargeError extends Error {
 }
 
 /** A CEL map whose keys of different types are one JSON key (`{true: 1, "true": 2}`): JSON would keep one silently. */
-export class OutputKeyClashError extends Error {
+export class OutputKeyClashError extends OutputError {
   constructor(key: string) {
     super(`the output's map has two keys written "${key}" in JSON (keys of different types, such as true and "true")`);
     this.name = "OutputKeyClashError";
@@ -46,7 +49,7 @@ export class OutputKeyClashError extends Error {
 }
 
 /** A step output nested deeper than an execution may hold (maxJsonDepth). */
-export class OutputTooDeepError extends Error {
+export class OutputTooDeepError extends OutputError {
   constructor() {
     super(`the output nests lists and maps deeper than ${maxJsonDepth} levels`);
     this.name = "OutputTooDeepError";
@@ -147,7 +150,17 @@ function convert(value: CelValue, budget: Budget): JsonValue {
     return object;
   }
   if (isCelType(value)) return value.name;
-  if (isReflectMessage(value)) return toJson(value.desc, value.message);
+  if (isReflectMessage(value)) {
+    try {
+      return toJson(value.desc, value.message);
+    } catch (e) {
+      // A message CEL built with fields its JSON form cannot take: a Duration of 2e9 nanos, a
+      // Timestamp past year 9999 (protobuf-es threw a RangeError, which failed the execution as
+      // an internal error).
+      const why = e instanceof RangeError ? "a field is out of range" : e instanceof Error ? e.message : String(e);
+      throw new OutputError(`the output's ${value.desc.typeName} cannot be written as JSON: ${why}`);
+    }
+  }
   return String(value);
 }
 

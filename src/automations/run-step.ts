@@ -5,7 +5,7 @@ import type { Store } from "../store/store.js";
 import type { StepState } from "../store/executions-repository.js";
 import { boundedErrorText } from "./error-text.js";
 import { evaluate } from "./evaluate.js";
-import { celToJson, celTypeName, OutputKeyClashError, OutputTooDeepError, OutputTooLargeError } from "./json-cel.js";
+import { celToJson, celTypeName, OutputError } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import type { StepContext } from "./step-context.js";
 import type { EntitlementOwnerStepAction, StepDefinition } from "./step-definition.js";
@@ -64,7 +64,7 @@ function act(store: Store, now: number, step: StepDefinition, programs: ProgramC
       try {
         return celToJson(evaluate("messageCel", action.messageCel, programs, context), context.outputCharsLeft);
       } catch (e) {
-        if (e instanceof OutputTooLargeError || e instanceof OutputKeyClashError || e instanceof OutputTooDeepError) throw new StepFailure(`messageCel: ${e.message}`);
+        if (e instanceof OutputError) throw new StepFailure(`messageCel: ${e.message}`);
         throw e;
       }
   }

@@ -19,6 +19,14 @@ const stepNamePattern = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const reservedStepNames = new Set(["trigger", "steps"]);
 
 /**
+ * CEL's keywords and reserved words (the CEL spec's lexis): a step so named could not be read as
+ * ctx.<name> (`ctx.in` and `ctx.null` are syntax errors in cel-es; cel-go refuses them all).
+ */
+const celReservedWords = new Set(
+  "in as break const continue else false for function if import let loop package namespace null return true var void while".split(" "),
+);
+
+/**
  * Checks the steps of an automation being saved and compiles every expression into `programs`,
  * so that runs find them compiled. Throws invalid_argument naming the step, the field and, for an
  * expression, the line:column of the problem.
@@ -38,6 +46,9 @@ export function validateSteps(steps: readonly StepDefinition[], programs: Progra
       throw invalidArgument(`${where}.name "${step.name}" must be letters, digits and _ (not starting with a digit)`);
     }
     if (reservedStepNames.has(step.name)) throw invalidArgument(`${where}.name "${step.name}" is reserved (ctx.${step.name})`);
+    if (celReservedWords.has(step.name)) {
+      throw invalidArgument(`${where}.name "${step.name}" is a CEL reserved word: ctx.${step.name} could not be written`);
+    }
     if (names.indexOf(step.name) !== index) throw invalidArgument(`${where}.name "${step.name}" is used by an earlier step`);
 
     const scope = {
