@@ -59,6 +59,8 @@ export interface StartOptions {
   store?: Store;
   /** Metrics to record into (tests); otherwise a new registry with process metrics. */
   metrics?: Metrics;
+  /** How long close() lets in-flight requests finish before it cuts them (tests); 10 s otherwise. */
+  shutdownDeadlineMs?: number;
 }
 
 /**
@@ -261,7 +263,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       closing ??= (async () => {
         shutdown.abort();
         housekeeping.stop();
-        await server.close();
+        await server.close(options.shutdownDeadlineMs);
         await worker.stop(); // the running step finishes; the store closes after it
         await store.close();
         afterClose();

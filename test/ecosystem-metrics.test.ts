@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
-import { connect as http2Connect } from "node:http2";
+import { connect as netConnect } from "node:net";
+import { connect as http2Connect, constants as http2Constants } from "node:http2";
 import { Code, ConnectError, createClient, createContextValues, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -34,7 +35,7 @@ function sample(text: string, name: string, labels: Record<string, string> = {})
   return 0;
 }
 
-async function scrape(target: TestServer = server): Promise<string> {
+async function scrape(target: { url: string } = server): Promise<string> {
   const res = await fetch(`${target.url}/metrics`); // no token: Prometheus scrapes bare
   expect(res.status).toBe(200);
   expect(res.headers.get("content-type")).toMatch(/^text\/plain; version=0\.0\.4/);
@@ -290,6 +291,24 @@ describe("/metrics", () => {
     expect(sample(after, "accessd_webhook_verdicts_total", labels) - sample(before, "accessd_webhook_verdicts_total", labels)).toBe(1);
   });
 
+  it("counts and logs a webhook request with a method other than POST, refused 405 (it went unseen)", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
+    try {
+      const before = await scrape(own);
+      const res = await fetch(`${own.url}/api/v1/webhooks/incoming/some-listener`, { headers: { "x-request-id": "webhook-get" } });
+      expect(res.status).toBe(405);
+      expect(res.headers.get("allow")).toBe("POST");
+      const labels = { reason: "method_not_allowed", status: "405" };
+      const after = await scrape(own);
+      expect(sample(after, "accessd_webhook_verdicts_total", labels) - sample(before, "accessd_webhook_verdicts_total", labels)).toBe(1);
+      expect(logLines()).toContainEqual(
+        expect.objectContaining({ msg: "webhook refused", requestId: "webhook-get", listenerId: "some-listener", reason: "method_not_allowed", status: 405, method: "GET" }),
+      );
+    } finally {
+      await own.close();
+    }
+  });
+
   it("reports executions by state and the queue depth from the store", async () => {
     const text = await scrape();
     for (const state of ["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]) {
@@ -485,3 +504,91 @@ describe("the outcome code of an RPC whose client went away", () => {
   });
 });
 
+
+describe("the outcome code of an RPC reset by its client before any handler ran", () => {
+  it("is canceled, with no status, where the HTTP/2 stream was reset before the answer was out (connect-es's answer to the closed stream was counted ok, status 200)", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
+    const client = http2Connect(own.url);
+    client.on("error", () => {});
+    try {
+      const token = await fetch(`${own.url}/auth/v1/token`, {
+        method: "POST",
+        body: new URLSearchParams({ grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: testBootstrapClient.clientSecret }),
+      });
+      const { access_token: accessToken } = (await token.json()) as { access_token: string };
+      const message = Buffer.concat([Buffer.from([0x0a, 5]), Buffer.from("reset")]); // Create { displayName: "reset" }
+      const closed = [];
+      for (let i = 0; i < 10; i++) {
+        const stream = client.request({
+          ":method": "POST",
+          ":path": "/svc.api.app.v1.Apps/Create",
+          "content-type": "application/grpc",
+          te: "trailers",
+          authorization: `Bearer ${accessToken}`,
+          "x-request-id": `reset-${i}`,
+        });
+        stream.on("error", () => {});
+        closed.push(once(stream, "close"));
+        stream.end(Buffer.concat([Buffer.from([0, 0, 0, 0, message.length]), message]));
+        setImmediate(() => stream.close(http2Constants.NGHTTP2_CANCEL));
+      }
+      await Promise.all(closed);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const apps = (await (await fetch(`${own.url}/api/v1/apps?page_size=100`, { headers: { authorization: `Bearer ${accessToken}` } })).json()) as { list: unknown[] };
+      const lines = logLines().filter((line) => line.msg === "rpc" && String(line.requestId).startsWith("reset-"));
+      expect(lines).toHaveLength(10);
+      // Each one either reached its handler (the app was made; the interceptor logged it with its
+      // caller) or was reset before: canceled, and no status, as nothing was answered.
+      const ran = lines.filter((line) => line.clientId === testBootstrapClient.clientId);
+      expect(ran.map((line) => line.code)).toEqual(ran.map(() => "ok"));
+      expect(apps.list).toHaveLength(ran.length);
+      const reset = lines.filter((line) => line.clientId === undefined);
+      expect(reset.map((line) => [line.code, line.status])).toEqual(reset.map(() => ["canceled", undefined]));
+    } finally {
+      client.close();
+      await own.close();
+    }
+  });
+});
+
+describe("a request the shutdown cuts", () => {
+  it("is logged as cut by the shutdown, with no status, and the shutdown says how many it cut (it read as abandoned by the client, status 200)", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info", {}, { shutdownDeadlineMs: 300 });
+    const socket = netConnect(own.address.port, "127.0.0.1");
+    socket.on("error", () => {});
+    await once(socket, "connect");
+    socket.write('POST /api/v1/apps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nX-Request-Id: cut-at-shutdown\r\n\r\n{"displayName"');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await own.close();
+    socket.destroy();
+    // The cut request's own lines follow once its connection's close has been handled.
+    await expect.poll(() => logLines().some((line) => line.msg === "rpc" && line.requestId === "cut-at-shutdown")).toBe(true);
+    const lines = logLines();
+    expect(lines).toContainEqual(expect.objectContaining({ level: 40, msg: "shutdown: requests still in flight at the deadline were cut", requests: 1 }));
+    expect(lines).toContainEqual(expect.objectContaining({ msg: "request cut by the shutdown before its body arrived", requestId: "cut-at-shutdown" }));
+    const rpc = lines.find((line) => line.msg === "rpc" && line.requestId === "cut-at-shutdown");
+    expect(rpc).toMatchObject({ code: "canceled" });
+    expect(rpc).not.toHaveProperty("status");
+  });
+});
+
+describe("the path a request line logs", () => {
+  it("is cut to 200 characters: the client chooses its length (a 15,000-character path made a 15 KB line)", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
+    try {
+      const socket = netConnect(own.address.port, "127.0.0.1");
+      socket.on("error", () => {});
+      await once(socket, "connect");
+      const path = `/api/v1/apps/${"A".repeat(15_000)}`;
+      socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nX-Request-Id: long-path\r\n\r\n{`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      socket.destroy();
+      await expect.poll(() => logLines().find((line) => line.requestId === "long-path" && line.msg !== "rpc")).toMatchObject({
+        msg: "request abandoned by the client before its body arrived",
+        path: `${path.slice(0, 200)}… (${path.length - 200} more characters)`,
+      });
+    } finally {
+      await own.close();
+    }
+  });
+});

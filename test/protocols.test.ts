@@ -257,6 +257,13 @@ describe("one port, every protocol", () => {
     }
   });
 
+  it.each(["GET", "PUT", "DELETE"])("answers %s on an RPC path with 405, Allow: POST and a JSON error (RFC 9110: a 405 names the methods taken)", async (method) => {
+    const res = await fetch(`${server.url}/svc.api.app.v1.Apps/Get`, { method, headers: server.headers });
+    expect(res.status).toBe(405);
+    expect(res.headers.get("allow")).toBe("POST");
+    expect(await res.json()).toEqual({ code: "unimplemented", message: "/svc.api.app.v1.Apps/Get does not accept this HTTP method; use POST" });
+  });
+
   it("answers /healthz and /readyz with 200 over HTTP/1.1", async () => {
     const health = await fetch(`${server.url}/healthz`);
     expect(health.status).toBe(200);

@@ -61,7 +61,8 @@ export async function asApiRefusal(res: UniversalServerResponse, procedure: stri
     return jsonError(res, 415, Code.InvalidArgument, `${procedure} takes application/json or application/proto (Connect, gRPC, gRPC-Web)`);
   }
   if (res.body === undefined && res.status === 405) {
-    return jsonError(res, 405, Code.Unimplemented, `${procedure} does not accept this HTTP method; use POST`);
+    // RFC 9110 15.5.6: a 405 names the methods the target takes.
+    return jsonError(res, 405, Code.Unimplemented, `${procedure} does not accept this HTTP method; use POST`, { allow: "POST" });
   }
   const unaryJsonError =
     res.status === 500 &&
@@ -138,9 +139,10 @@ function grpcWebTrailerStatus(body: Buffer, encoding: string | null): Code | und
   return undefined;
 }
 
-function jsonError(res: UniversalServerResponse, status: number, code: Code, message: string): UniversalServerResponse {
+function jsonError(res: UniversalServerResponse, status: number, code: Code, message: string, extraHeaders: Record<string, string> = {}): UniversalServerResponse {
   const body = Buffer.from(JSON.stringify({ code: codeName(code), message }));
   const header = new Headers(res.header);
+  for (const [name, value] of Object.entries(extraHeaders)) header.set(name, value);
   header.set("content-type", "application/json");
   header.set("content-length", String(body.byteLength));
   return { status, header, body: createAsyncIterable([body]) };

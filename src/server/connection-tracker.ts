@@ -28,6 +28,7 @@ export class ConnectionTracker {
   private readonly sessions = new Set<Http2Session>();
   private inFlight = 0;
   private draining = false;
+  private cutting = false;
   private drained: (() => void) | undefined;
 
   constructor(server: Server) {
@@ -57,6 +58,11 @@ export class ConnectionTracker {
 
   get shuttingDown(): boolean {
     return this.draining;
+  }
+
+  /** True once the drain's deadline passed and the connections still open are being destroyed. */
+  get cuttingAtShutdown(): boolean {
+    return this.cutting;
   }
 
   /** Call at the start of every request; the request counts as in flight until its response closes. */
@@ -92,8 +98,9 @@ export class ConnectionTracker {
    * Stops new work on open connections and resolves when in-flight requests are done or the
    * deadline passes. Idle HTTP/1.1 connections stay open for idleKeepAliveGraceMs first; every
    * request answered from now on carries `Connection: close`, and its connection ends after it.
+   * Resolves to the number of requests still in flight at the deadline, which are cut.
    */
-  async drain(deadlineMs: number): Promise<void> {
+  async drain(deadlineMs: number): Promise<number> {
     const started = performance.now();
     this.draining = true;
     // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead
@@ -113,7 +120,10 @@ export class ConnectionTracker {
         };
       });
     }
+    const cut = this.inFlight;
+    this.cutting = true;
     for (const socket of this.sockets.keys()) socket.destroy();
     for (const session of this.sessions) session.destroy();
+    return cut;
   }
 }

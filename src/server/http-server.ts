@@ -13,7 +13,7 @@ import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./connection-tracker.js";
 import { writeJson, writeJsonError } from "./json-error.js";
 import { everyValueOf, isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
-import { answeredCodeOf } from "./outcome-codes.js";
+import { answeredCodeOf, codeName } from "./outcome-codes.js";
 import { writeErrorInProtocol } from "./protocol-error.js";
 import { protocolOfContentType, type RequestFacts, rpcProtocolOf } from "./request-context.js";
 import { enforceDeadlines, RequestTimeoutError } from "./request-deadline.js";
@@ -64,7 +64,8 @@ export interface UnobservedAnswer {
   facts: RequestFacts;
   /** Connect code name of the answer (`invalid_argument`, `unimplemented`, `canceled`, ...). */
   code: string;
-  status: number;
+  /** The HTTP status answered; undefined when the client went away before the answer was out. */
+  status: number | undefined;
   seconds: number;
 }
 
@@ -138,7 +139,10 @@ export class HttpServer {
   /** Stop accepting, let in-flight requests finish (up to `deadlineMs`), close every connection. */
   async close(deadlineMs = 10_000): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    await this.connections.drain(deadlineMs);
+    const cut = await this.connections.drain(deadlineMs);
+    if (cut > 0) {
+      this.options.log.warn({ requests: cut, deadlineMs }, "shutdown: requests still in flight at the deadline were cut");
+    }
     await closed;
   }
 
@@ -148,7 +152,7 @@ export class HttpServer {
     } catch (e) {
       // The synchronous start of a request (what runs before `route`'s promise catches for it)
       // throwing is a bug; it must cost that request, not the process every request shares.
-      this.options.log.error({ err: e, path: (req.url ?? "").split("?", 1)[0] }, "request failed");
+      this.options.log.error({ err: e, path: shownPath((req.url ?? "").split("?", 1)[0] ?? "") }, "request failed");
       writeJsonError(res, Code.Internal, "internal error");
     }
   }
@@ -188,7 +192,7 @@ export class HttpServer {
       } catch (failure) {
         // Answering the failure failed too (a stream gone meanwhile): never an unhandled
         // rejection, which would end the process every request shares.
-        this.options.log.error({ err: failure, requestId, path }, "could not answer a failed request");
+        this.options.log.error({ err: failure, requestId, path: shownPath(path) }, "could not answer a failed request");
         res.destroy();
       }
     });
@@ -199,25 +203,27 @@ export class HttpServer {
     const { requestId } = facts;
     if (isStoreUnavailable(e)) {
       // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
-      this.options.log.error({ err: e, requestId, path }, "request failed: the store is unavailable");
+      this.options.log.error({ err: e, requestId, path: shownPath(path) }, "request failed: the store is unavailable");
       writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Unavailable, storeUnavailableMessage, 503, storeUnavailableHeaders);
       return;
     }
     if (e instanceof RequestTimeoutError) {
       // The request deadline cut the body and answered 408 (request-deadline.ts): the handler
       // that was reading it stops here, having done nothing.
-      this.options.log.info({ requestId, path }, "request cut by its deadline before its body arrived");
+      this.options.log.info({ requestId, path: shownPath(path) }, "request cut by its deadline before its body arrived");
       return;
     }
     if (clientWentAway(req, e)) {
       // The client closed the connection (or reset the stream) while its body was being read:
       // nobody to answer, and not the server's fault; an error line each made noise any client
-      // could cause (256 lines for one HTTP/2 connection that dropped its streams).
-      this.options.log.info({ requestId, path }, "request abandoned by the client before its body arrived");
+      // could cause (256 lines for one HTTP/2 connection that dropped its streams). Or the
+      // shutdown's deadline cut it, which `close` counts in a line of its own.
+      const why = this.connections.cuttingAtShutdown ? "request cut by the shutdown" : "request abandoned by the client";
+      this.options.log.info({ requestId, path: shownPath(path) }, `${why} before its body arrived`);
       res.destroy();
       return;
     }
-    this.options.log.error({ err: e, requestId, path }, "request failed");
+    this.options.log.error({ err: e, requestId, path: shownPath(path) }, "request failed");
     writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.Internal, "internal error");
   }
 
@@ -240,8 +246,13 @@ export class HttpServer {
     else res.once("finish", answered);
     res.once("close", () => {
       if (facts.observed === true) return;
-      const code = answeredCodeOf(res, answeredAt !== undefined);
-      report({ facts, code, status: res.statusCode, seconds: ((answeredAt ?? performance.now()) - started) / 1000 });
+      // An HTTP/2 stream the client reset before the answer was out: connect-es may still answer
+      // what it read to the closed stream, whose 'finish' comes all the same (10 Creates sent and
+      // reset at once were counted `ok`, status 200, none of them run).
+      const resetByClient = res instanceof Http2ServerResponse && res.stream.aborted;
+      const answered = answeredAt !== undefined && !resetByClient;
+      const code = resetByClient ? codeName(Code.Canceled) : answeredCodeOf(res, answered);
+      report({ facts, code, status: answered ? res.statusCode : undefined, seconds: ((answeredAt ?? performance.now()) - started) / 1000 });
     });
   }
 
@@ -332,6 +343,15 @@ function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
       socket.destroy();
     },
   );
+}
+
+/**
+ * A request's path as logged: at most 200 characters. The path is the client's to make as long as
+ * its headers may be (a 15,000-character one made each line about it 15 KB), as listener ids and
+ * event ids are cut in their lines.
+ */
+function shownPath(path: string): string {
+  return path.length <= 200 ? path : `${path.slice(0, 200)}… (${path.length - 200} more characters)`;
 }
 
 /** How long a client may take to send a request's headers: the request timeout, at most 10 s. */

@@ -51,7 +51,7 @@ export function logUnobservedAnswer(log: Logger, answer: UnobservedAnswer): void
     protocol: facts.protocol,
     procedure: facts.operation ?? "unknown",
     code,
-    status,
+    ...(status === undefined ? {} : { status }),
     durationMs: Math.round(seconds * 100_000) / 100,
   };
   // Info, whatever the code: the request never reached a handler, so what went wrong was the

@@ -29,11 +29,17 @@ export function webhookRoute(
     path: webhookPathPrefix,
     async handle(req: NodeRequest, res: NodeResponse, facts: RequestFacts): Promise<void> {
       const path = (req.url ?? "").split("?", 1)[0] ?? "";
+      const listenerId = path.slice(webhookPathPrefix.length);
       if (req.method !== "POST") {
+        // A verdict like the pipeline's: counted and logged (a sender's GET went unseen).
+        onVerdict("method_not_allowed", 405);
+        log.info(
+          { requestId: facts.requestId, listenerId: listenerId.slice(0, maxLoggedListenerIdLength), status: 405, reason: "method_not_allowed", method: req.method },
+          "webhook refused",
+        );
         refuseMethod(res, req.method, path, ["POST"]);
         return;
       }
-      const listenerId = path.slice(webhookPathPrefix.length);
       let outcome: WebhookOutcome;
       try {
         outcome = await pipeline.run({

@@ -113,13 +113,14 @@ export interface LoggedAccessd {
 }
 
 /** Starts accessd as startTestServer does, but logging at `level` into memory instead of nowhere. */
-export async function startLoggedAccessd(level: Config["logLevel"] = "info", overrides: Partial<Config> = {}): Promise<LoggedAccessd> {
+export async function startLoggedAccessd(level: Config["logLevel"] = "info", overrides: Partial<Config> = {}, options: StartOptions = {}): Promise<LoggedAccessd> {
   let logged = "";
   const sink = new PassThrough();
   sink.on("data", (chunk: Buffer) => (logged += chunk.toString()));
   const accessd = await startAccessd(
     { ...configDefaults, port: 0, database: ":memory:", logLevel: level, bootstrapClient: testBootstrapClient, ...overrides },
     createLogger(level, sink),
+    options,
   );
   return {
     accessd,
