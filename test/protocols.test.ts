@@ -11,6 +11,7 @@ import {
   ListAppEntitlementOwnersRequestSchema,
   ListAppEntitlementOwnersResponseSchema,
 } from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
+import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { createApp, createEntitlement, createUser, listOwnerIds, ownersPath } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -255,6 +256,16 @@ describe("one port, every protocol", () => {
     } finally {
       session.close();
     }
+  });
+
+  it("cuts a gRPC error message that quotes a long input to 2,000 characters, so the status reaches the client (a 100,000-character updateMask reset the stream)", async () => {
+    const apps = createClient(Apps, createGrpcTransport({ baseUrl: server.url, interceptors: [withServerHeaders] }));
+    const { app } = await apps.create({ displayName: "masked" });
+    const path = "x".repeat(100_000);
+    const refused = await apps.update({ app: { id: app?.id ?? "", displayName: "y" }, updateMask: { paths: [path] } }).catch((e: unknown) => ConnectError.from(e));
+    expect(refused).toBeInstanceOf(ConnectError);
+    expect((refused as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((refused as ConnectError).rawMessage).toMatch(/^[^]{2000}… \(\d+ more characters\)$/);
   });
 
   it.each(["GET", "PUT", "DELETE"])("answers %s on an RPC path with 405, Allow: POST and a JSON error (RFC 9110: a 405 names the methods taken)", async (method) => {

@@ -1,3 +1,5 @@
+import { cutText } from "../cut-text.js";
+
 /**
  * The longest step or execution error kept (characters). An error may quote a value the step
  * computed (`app "<the value>" not found`), and a value may be as long as the trigger (1 MiB):
@@ -8,9 +10,5 @@ export const maxErrorLength = 1_000;
 
 /** `text` cut to `maxErrorLength` characters, saying how much was left out. */
 export function boundedErrorText(text: string): string {
-  if (text.length <= maxErrorLength) return text;
-  let kept = text.slice(0, maxErrorLength);
-  // Never half a surrogate pair at the cut.
-  if (/[\uD800-\uDBFF]$/.test(kept)) kept = kept.slice(0, -1);
-  return `${kept}… (${text.length - kept.length} more characters)`;
+  return cutText(text, maxErrorLength);
 }

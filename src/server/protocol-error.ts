@@ -4,6 +4,7 @@ import { writeJsonError } from "./json-error.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { codeName, httpStatusOf, noteAnsweredCode } from "./outcome-codes.js";
 import type { WireProtocol } from "./request-context.js";
+import { cutText } from "../cut-text.js";
 
 /**
  * An error answered before (or instead of) connect-es, in the words of the caller's protocol: a
@@ -70,10 +71,22 @@ function writeConnectEndStream(res: NodeResponse, contentType: string, code: Cod
   res.end(frame);
 }
 
-/** `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E percent-encoded. */
+/**
+ * The longest `grpc-message` text sent (characters, before encoding: at most 12 bytes each once
+ * encoded). A message may quote what the client sent (an `updateMask` path, a CIDR, an unknown
+ * JSON key), and Node's HTTP/2 cannot send a header block much over 64 KB: a 100,000-character
+ * mask reached the client as a reset stream (FRAME_SIZE_ERROR, `internal`), not its
+ * INVALID_ARGUMENT. Connect and REST carry the message in the body, whole.
+ */
+const maxGrpcMessageChars = 2_000;
+
+/**
+ * `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E
+ * percent-encoded; cut to maxGrpcMessageChars.
+ */
 export function grpcMessageHeader(text: string): string {
   let spelled = "";
-  for (const byte of Buffer.from(text, "utf8")) {
+  for (const byte of Buffer.from(cutText(text, maxGrpcMessageChars), "utf8")) {
     spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
   return spelled;
