@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { execFileSync } from "node:child_process";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { ConfigError } from "../src/config.js";
@@ -105,6 +105,21 @@ describe("resolveDataKey", () => {
     } finally {
       execFileSync("chattr", ["-i", folder], { stdio: "ignore" });
     }
+  });
+
+  it("removes a second name of the key that a start killed after linking the key file left behind, once it is a minute old (nothing removed it)", () => {
+    const db = tempDatabase();
+    resolveDataKey(undefined, db, { holdsSealedSecrets: false });
+    const keyFile = dataKeyFilePath(db);
+    const deadPid = 4_194_000; // above any pid this machine hands out (pid_max is at most 4,194,304)
+    const leftover = `${keyFile}.writing-${deadPid}-0123abcd`;
+    linkSync(keyFile, leftover);
+    resolveDataKey(undefined, db, { holdsSealedSecrets: true });
+    expect(existsSync(leftover)).toBe(true); // not quiet for a minute yet: its writer may be alive elsewhere
+    const aMinuteAgo = new Date(Date.now() - 61_000);
+    utimesSync(leftover, aMinuteAgo, aMinuteAgo);
+    resolveDataKey(undefined, db, { holdsSealedSecrets: true });
+    expect(readdirSync(dirname(db)).filter((name) => name.startsWith(basename(keyFile)))).toEqual([basename(keyFile)]);
   });
 
   it("replaces an empty key file while the database holds nothing sealed (a first start killed as it made the file), and refuses it otherwise", () => {

@@ -152,7 +152,13 @@ export function checkDataKey(store: Store, dataKey: DataKey, opensLegacySecrets:
 
 function readOrCreateKeyFile(path: string): Buffer {
   makeDatabaseFolder(path); // the key file sits beside the database
-  if (existsSync(path)) return readKeyFile(path); // writing one aside first would need free space
+  if (existsSync(path)) {
+    // A start killed between linking a new key file and removing its temporary name left a
+    // second name of the key (`<key>.writing-<pid>-<hex>`), which nothing else ever removes and a
+    // rotation leaves holding the old key. Removed here, once quiet a minute, at every start.
+    removeLeftovers(path, "writing");
+    return readKeyFile(path); // writing one aside first would need free space
+  }
   try {
     writeNewKeyFile(path, randomBytes(32));
   } catch (e) {
