@@ -1,6 +1,9 @@
 import { isCelError, type CelInput, type CelResult } from "@bufbuild/cel";
 import { describe, expect, it } from "vitest";
 import { compileExpression } from "../src/automations/compiled-expression.js";
+import { evaluate } from "../src/automations/evaluate.js";
+import { ProgramCache } from "../src/automations/program-cache.js";
+import { StepContext } from "../src/automations/step-context.js";
 import { celToJson, jsonToCel, OutputError } from "../src/automations/json-cel.js";
 
 /** Evaluates `source` as a step does, with `ctx.trigger` bound to `trigger`. */
@@ -91,5 +94,32 @@ describe("outputs of protobuf messages CEL builds", () => {
 
   it("are their JSON form when it can", () => {
     expect(valueOf("google.protobuf.Duration{seconds: 5, nanos: 500000000}")).toBe("5.500s");
+  });
+});
+
+describe("the messages of a failed read (cel-es says 'index 5 out of bounds [0, -1)' for every index, and 'field not found' on a string)", () => {
+  const failureOf = (source: string): string => {
+    const context = new StepContext({ l: [1, 2], m: { "1": 2 }, x: "str", n: null, u: { v: 1 } });
+    try {
+      evaluate("messageCel", source, new ProgramCache(), context);
+      return "no failure";
+    } catch (e) {
+      return (e as Error).message;
+    }
+  };
+
+  it.each([
+    ["ctx.trigger.l[5]", "messageCel: ctx.trigger.l[5]: index 5 is out of range (a list of 2 elements)"],
+    ["ctx.trigger.l[0] + ctx.trigger.l[9]", "messageCel: ctx.trigger.l[9]: index 9 is out of range (a list of 2 elements)"],
+    ["ctx.trigger['l'][7]", 'messageCel: ctx.trigger["l"][7]: index 7 is out of range (a list of 2 elements)'],
+    ["ctx.trigger.m[1]", 'messageCel: ctx.trigger.m[1]: no key 1 (a JSON object\'s keys are strings: write ctx.trigger.m["1"])'],
+    ["'abc'[0]", 'messageCel: "abc"[0] cannot be read: "abc" is a string, which has no index'],
+    ["ctx.trigger.x.y", "messageCel: ctx.trigger.x.y cannot be read: ctx.trigger.x is a string, not a map"],
+    ["ctx.trigger.n.w", "messageCel: ctx.trigger.n.w cannot be read: ctx.trigger.n is null, not a map"],
+    ["ctx.trigger.u.w", 'messageCel: ctx.trigger.u.w is missing (no field "w")'],
+    // Inside a comprehension the operand does not stand alone: the message stays general.
+    ["ctx.trigger.l.map(e, [e][3])", "messageCel: index 3 is out of range, or not a key"],
+  ])("%s says which read failed and why", (source, message) => {
+    expect(failureOf(source)).toBe(message);
   });
 });

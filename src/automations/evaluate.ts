@@ -1,5 +1,6 @@
-import { isCelError, type CelError, type CelResult, type CelValue } from "@bufbuild/cel";
-import { CelSyntaxError, type CompiledExpression } from "./compiled-expression.js";
+import { isCelError, isCelList, isCelMap, unparse, type CelError, type CelResult, type CelValue } from "@bufbuild/cel";
+import { CelSyntaxError, compileExpression, forEachExpr, type CompiledExpression, type Expr } from "./compiled-expression.js";
+import { celTypeName } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import type { StepContext } from "./step-context.js";
 import { StepFailure } from "./step-failure.js";
@@ -21,21 +22,105 @@ export function evaluate(field: string, source: string, programs: ProgramCache, 
     const reason = e instanceof CelSyntaxError ? `cannot be compiled: ${e.message}` : `evaluation failed: ${e instanceof Error ? e.message : String(e)}`;
     throw new StepFailure(`${field}: ${reason}`);
   }
-  if (isCelError(result)) throw new StepFailure(`${field}: ${describeCelError(result, expression)}`);
+  if (isCelError(result)) throw new StepFailure(`${field}: ${describeCelError(result, expression, context)}`);
   return result;
 }
 
-/** "field not found: x" says which expression lacked the field, e.g. ctx.trigger.user_id is missing. */
-function describeCelError(error: CelError, expression: CompiledExpression): string {
+/**
+ * cel-es's messages name neither the expression nor why: "field not found: y" also for a field
+ * read on a string, and "index 5 out of bounds [0, -1)" for every failed index, of a list too
+ * short, a map without the key or a string (which cannot be indexed). On that error path the
+ * operand is evaluated once more on its own (when it stands alone: not a comprehension's
+ * variable) to say what it was.
+ */
+function describeCelError(error: CelError, expression: CompiledExpression, context: StepContext): string {
   const missing = /^(?:field not found|no such key): (.*)$/.exec(error.message);
   if (missing !== null) {
     const field = missing[1] ?? "";
     const access =
       expression.accesses.find((a) => a.exprId === error.exprId && a.field === field) ??
       expression.accesses.find((a) => a.field === field);
-    return access === undefined
-      ? `field "${field}" is missing`
-      : `${access.text} is missing (no field "${field}")`;
+    if (access === undefined) return `field "${field}" is missing`;
+    const operand = operandValue(expression, access.exprId, context);
+    if (operand.known && !isCelMap(operand.value)) {
+      return `${access.text} cannot be read: ${operand.text} is ${aValueOf(operand.value)}, not a map`;
+    }
+    return `${access.text} is missing (no field "${field}")`;
+  }
+  const index = /^index (.*) out of bounds \[0, -1\)$/.exec(error.message);
+  if (index !== null) {
+    const key = index[1] ?? "";
+    const failing = failingIndex(expression, key, context);
+    if (failing === undefined) return `index ${key} is out of range, or not a key`;
+    const { text, operand } = failing;
+    if (isCelList(operand.value)) return `${text}: index ${key} is out of range (a list of ${operand.value.size} elements)`;
+    if (isCelMap(operand.value)) return `${text}: no key ${key} (a JSON object's keys are strings: write ${operand.text}["${key}"])`;
+    return `${text} cannot be read: ${operand.text} is ${aValueOf(operand.value)}, which has no index`;
   }
   return error.message;
+}
+
+interface KnownValue {
+  known: true;
+  value: CelValue;
+  text: string;
+}
+
+/** The value of the operand of the select or index `exprId`, evaluated on its own; unknown when it cannot stand alone or fails. */
+function operandValue(expression: CompiledExpression, exprId: bigint, context: StepContext): KnownValue | { known: false } {
+  const node = findExpr(expression.parsed.expr, exprId);
+  const kind = node?.exprKind;
+  const operand = kind?.case === "selectExpr" ? kind.value.operand : kind?.case === "callExpr" && kind.value.function === "_[_]" ? kind.value.args[0] : undefined;
+  if (operand === undefined) return { known: false };
+  const text = unparse(operand);
+  const value = evaluateAlone(text, context);
+  return value === undefined || isCelError(value) ? { known: false } : { known: true, value, text };
+}
+
+/** `source` compiled and evaluated apart, with the step's context; undefined when it cannot stand alone (a comprehension's variable). */
+function evaluateAlone(source: string, context: StepContext): CelResult | undefined {
+  try {
+    return compileExpression(source).evaluate(context.bindings);
+  } catch {
+    return undefined;
+  }
+}
+
+function findExpr(root: Expr | undefined, id: bigint): Expr | undefined {
+  let found: Expr | undefined;
+  forEachExpr(root, (expr) => {
+    if (found === undefined && expr.id === id) found = expr;
+  });
+  return found;
+}
+
+/** How many of an expression's indexes an error is looked for in (innermost first). */
+const maxIndexesExplained = 8;
+
+/**
+ * The index (`_[_]`) that fails with "index `key` out of bounds", found by evaluating each one
+ * whose operand stands alone (cel-es places the error on a part of the operand, `ctx` of
+ * `ctx.trigger.l[5]`, which does not say which index of several it was).
+ */
+function failingIndex(expression: CompiledExpression, key: string, context: StepContext): { text: string; operand: KnownValue } | undefined {
+  const indexes: Expr[] = [];
+  forEachExpr(expression.parsed.expr, (expr) => {
+    if (expr.exprKind.case === "callExpr" && expr.exprKind.value.function === "_[_]") indexes.push(expr);
+  });
+  // Each evaluation has the whole budget (about 0.2 s at worst): a few indexes are looked at, no more.
+  for (const indexing of indexes.reverse().slice(0, maxIndexesExplained)) {
+    const operand = operandValue(expression, indexing.id, context);
+    if (!operand.known) continue;
+    const text = unparse(indexing);
+    const whole = evaluateAlone(text, context);
+    if (whole !== undefined && isCelError(whole) && whole.message === `index ${key} out of bounds [0, -1)`) return { text, operand };
+  }
+  return undefined;
+}
+
+/** "a string", "an int", "null" */
+function aValueOf(value: CelValue): string {
+  if (value === null) return "null";
+  const type = celTypeName(value);
+  return `${/^[aeiou]/.test(type) ? "an" : "a"} ${type}`;
 }
