@@ -95,7 +95,7 @@ function findExpr(root: Expr | undefined, id: bigint): Expr | undefined {
 }
 
 /** How many of an expression's indexes an error is looked for in (innermost first). */
-const maxIndexesExplained = 8;
+const maxIndexesExplained = 3;
 
 /**
  * The index (`_[_]`) that fails with "index `key` out of bounds", found by evaluating each one
