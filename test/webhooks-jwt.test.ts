@@ -108,6 +108,37 @@ describe("inbound webhooks: JWT listeners", () => {
     });
   });
 
+  it("answers 401 to an ES256 signature in DER, saying the signature must be r || s (what openssl dgst -sign writes)", async () => {
+    const valid = await jwtHeaders({}, { key: jwks.keys.es256, kid: "es1", alg: "ES256" });
+    const jwt = valid.Authorization!.slice("Bearer ".length);
+    const signingInput = jwt.slice(0, jwt.lastIndexOf("."));
+    const der = createSign("sha256").update(signingInput).sign(jwks.keys.es256); // DER by default
+    const answer = await send({ ...valid, Authorization: `Bearer ${signingInput}.${der.toString("base64url")}` });
+    expect(answer).toEqual({
+      status: 401,
+      body: {
+        code: "unauthenticated",
+        message: `the JWT signature does not verify: an ES256 signature is the 64 bytes r || s (RFC 7518 3.4), and this one is ${der.length} bytes of DER`,
+      },
+    });
+  });
+
+  it.each([["Basic dXNlcjpwYXNz"], ["Bearer eyJh%3D%3D"], ["Bearer"]])("answers 401 naming the form of an Authorization that is no Bearer JWT (%s read as missing)", async (authorization) => {
+    const valid = await jwtHeaders();
+    expect(await send({ ...valid, Authorization: authorization })).toEqual({
+      status: 401,
+      body: { code: "unauthenticated", message: "Authorization must be Bearer <JWT>, the JWT in compact form (base64url parts joined by dots)" },
+    });
+  });
+
+  it("answers 401 to a JWT part with padding, + or / (base64url without padding only: jose read a padded signature as valid)", async () => {
+    const valid = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
+    expect((await send(valid)).status).toBe(200);
+    const again = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
+    const padded = await send({ ...again, Authorization: `${again.Authorization}==` });
+    expect(padded).toEqual({ status: 401, body: { code: "unauthenticated", message: "the JWT's parts must be base64url without padding (no +, / or =)" } });
+  });
+
   it("answers 401 to a token with critical header extensions, naming the token and not the JWKS", async () => {
     const valid = await jwtHeaders();
     const claims = { sub: server.config.baseUrl, aud: hook.endpointUrl, jti: valid["Webhook-Event-Id"], htm: "POST" };

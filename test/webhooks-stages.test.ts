@@ -12,7 +12,7 @@ import { Store } from "../src/store/store.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
 import { DeliveryLog } from "../src/webhooks/delivery-log.js";
 import { checkEventId } from "../src/webhooks/event-id.js";
-import { hmacKey, hmacSignature, verifyHmacSignature } from "../src/webhooks/hmac-signature.js";
+import { hmacDigest, hmacKey, hmacSignature, verifyHmacSignature } from "../src/webhooks/hmac-signature.js";
 import type { DeliveryFacts } from "../src/webhooks/pipeline.js";
 import { Rejection } from "../src/webhooks/rejection.js";
 import { SecretCipher } from "../src/store/secret-cipher.js";
@@ -48,6 +48,32 @@ describe("HMAC signature (spec 5.2)", () => {
     expect(verifyHmacSignature([key], `${bad} ${good}`, "1", "e", body)).toBeUndefined();
     expect(verifyHmacSignature([key], `${bad} garbage`, "1", "e", body)?.reason).toBe("signature_mismatch");
     expect(verifyHmacSignature([key], undefined, "1", "e", body)?.reason).toBe("signature_missing");
+  });
+
+  it("says how a signature is misspelt when none of the values given is base64url of a digest (they read 'does not match', as a wrong key)", () => {
+    const key = hmacKey("s1");
+    const digest = hmacDigest(key, "1", "e", body);
+    const refusal = (header: string) => {
+      const rejection = verifyHmacSignature([key], header, "1", "e", body);
+      return [rejection?.reason, rejection?.message.replace(/^.*\(43 characters of A-Z, a-z, 0-9, - and _\): /, "")];
+    };
+    expect(refusal(digest.toString("base64"))).toEqual(["signature_malformed", expect.stringMatching(/^got 44 characters with = padding|with \+ or \//)]);
+    expect(refusal(digest.toString("hex"))).toEqual(["signature_malformed", "got 64 hexadecimal digits (encode the digest's bytes as base64url instead)"]);
+    expect(refusal(`sha256=${digest.toString("base64url")}`)).toEqual(["signature_malformed", "got a prefix (sha256=) before the digest: send the digest alone"]);
+    expect(refusal(digest.toString("base64url").slice(0, 42))).toEqual(["signature_malformed", "got 42 characters"]);
+    // Well spelt but of another key: the signature does not match.
+    expect(refusal(hmacSignature("s2", "1", "e", body))[0]).toBe("signature_mismatch");
+  });
+
+  it("takes only the canonical spelling of a digest: the last character's two unused bits are zero (another spelling was a second valid signature)", () => {
+    const key = hmacKey("s1");
+    const good = hmacSignature("s1", "1", "e", body);
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const last = alphabet.indexOf(good.slice(-1));
+    const sameDigest = good.slice(0, 42) + alphabet[last + 1]; // differs in the unused bits only
+    expect(Buffer.from(sameDigest, "base64url").equals(Buffer.from(good, "base64url"))).toBe(true);
+    expect(verifyHmacSignature([key], good, "1", "e", body)).toBeUndefined();
+    expect(verifyHmacSignature([key], sameDigest, "1", "e", body)?.reason).toBe("signature_malformed");
   });
 });
 

@@ -3,8 +3,12 @@ import { unauthenticated, type Rejection } from "./rejection.js";
 
 /** At most this many of the signatures given are looked at (rotation needs two). */
 const maxSignatures = 8;
-/** base64url of a SHA-256 digest, without padding. */
-const signatureShape = /^[A-Za-z0-9_-]{43}$/;
+/**
+ * base64url of a SHA-256 digest, without padding, spelled canonically: the 43rd character
+ * carries the digest's last 4 bits and two zero bits, so it is one of 16 (another one decoded to
+ * the same digest, and was a second spelling of a valid signature).
+ */
+const signatureShape = /^[A-Za-z0-9_-]{42}[AEIMQUYcgkosw048]$/;
 
 /** Spec 5.2: the key is the secret text exactly as given (not base64-decoded). */
 export function hmacKey(secret: string): KeyObject {
@@ -38,12 +42,19 @@ export function verifyHmacSignature(
   if (header === undefined || header.trim() === "") {
     return unauthenticated("signature_missing", "Webhook-Signature is required for this listener");
   }
-  const given = header
+  const values = header
     .split(/[ ,]/)
     .filter((s) => s !== "")
-    .slice(0, maxSignatures)
-    .filter((s) => signatureShape.test(s))
-    .map((s) => Buffer.from(s, "base64url"));
+    .slice(0, maxSignatures);
+  const given = values.filter((s) => signatureShape.test(s)).map((s) => Buffer.from(s, "base64url"));
+  if (given.length === 0) {
+    // None is a digest in the spec's spelling: say so, rather than "does not match", which
+    // sends the sender looking for a wrong key or a wrong body.
+    return unauthenticated(
+      "signature_malformed",
+      `Webhook-Signature must be the HMAC-SHA256 digest in base64url without padding (43 characters of A-Z, a-z, 0-9, - and _): ${spellingMistake(values[0] ?? "")}`,
+    );
+  }
   const expected = keys.map((key) => hmacDigest(key, timestamp, eventId, body));
   let matched = false;
   for (const signature of given) {
@@ -52,4 +63,15 @@ export function verifyHmacSignature(
     }
   }
   return matched ? undefined : unauthenticated("signature_mismatch", "Webhook-Signature does not match the request");
+}
+
+/** What is wrong with the spelling of a signature value, in a few words (the value itself is not repeated). */
+function spellingMistake(value: string): string {
+  if (/^[0-9a-fA-F]{64}$/.test(value)) return "got 64 hexadecimal digits (encode the digest's bytes as base64url instead)";
+  if (/^[A-Za-z0-9]+=[^=]/.test(value)) return `got a prefix (${value.slice(0, value.indexOf("=") + 1)}) before the digest: send the digest alone`;
+  if (value.includes("=")) return `got ${value.length} characters with = padding (leave the padding out)`;
+  if (/[+/]/.test(value)) return `got ${value.length} characters with + or / (standard base64: use - and _ instead)`;
+  if (value.length !== 43) return `got ${value.length} characters`;
+  if (/^[A-Za-z0-9_-]+$/.test(value)) return "its last character is not one that ends the base64url of a 32-byte digest";
+  return "got characters outside base64url";
 }

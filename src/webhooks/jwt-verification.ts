@@ -34,9 +34,18 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
     // Two Authorization headers (joined), or a list in one: no JWT has a comma.
     return unauthenticated("authorization_repeated", "Authorization must be given once, as Bearer <JWT>");
   }
+  if (input.authorization === undefined || input.authorization.trim() === "") {
+    return unauthenticated("authorization_missing", "Authorization: Bearer <JWT> is required for this listener");
+  }
   const token = bearerToken(input.authorization);
   if (token === undefined) {
-    return unauthenticated("authorization_missing", "Authorization: Bearer <JWT> is required for this listener");
+    // Sent, but another scheme, or a token with characters no JWT has (one URL-encoded: %3D).
+    return unauthenticated("authorization_malformed", "Authorization must be Bearer <JWT>, the JWT in compact form (base64url parts joined by dots)");
+  }
+  if (/[+/=]/.test(token)) {
+    // RFC 7515 7.1: each part is base64url without padding. jose decodes `=`, `+` and `/` too,
+    // so a padded signature was a second spelling of a valid one.
+    return unauthenticated("jwt_malformed", "the JWT's parts must be base64url without padding (no +, / or =)");
   }
   let header: ProtectedHeaderParameters;
   try {
@@ -65,7 +74,8 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
       currentDate: new Date(input.nowMs),
     }));
   } catch (e) {
-    return rejectionOf(e);
+    const rejection = rejectionOf(e);
+    return rejection.reason === "jwt_signature_invalid" && header.alg === "ES256" ? withDerHint(rejection, token) : rejection;
   }
   return checkWebhookClaims(payload, input);
 }
@@ -130,6 +140,19 @@ function rejectionOf(e: unknown): Rejection {
   // holds no usable key. Everything else left is the fetch failing.
   if (e instanceof TypeError && /key/i.test(e.message)) return jwksUnusable("jwks_invalid");
   return jwksUnusable("jwks_unreachable");
+}
+
+/**
+ * An ES256 signature is r || s, 64 bytes (RFC 7518 3.4); OpenSSL and most crypto libraries sign
+ * in DER (a SEQUENCE, 0x30, of about 70 bytes), the usual mistake of a sender signing by hand.
+ */
+function withDerHint(rejection: Rejection, token: string): Rejection {
+  const signature = Buffer.from(token.slice(token.lastIndexOf(".") + 1), "base64url");
+  if (signature.length === 64 || signature[0] !== 0x30) return rejection;
+  return unauthenticated(
+    rejection.reason,
+    `${rejection.message}: an ES256 signature is the 64 bytes r || s (RFC 7518 3.4), and this one is ${signature.length} bytes of DER`,
+  );
 }
 
 /** One message for every JWKS failure; `reason` tells them apart in the delivery log. */
