@@ -131,6 +131,13 @@ describe("inbound webhooks: JWT listeners", () => {
     });
   });
 
+  it("says why a time claim is refused: nbf ahead is not valid yet, a time that is no number must be one ('has the wrong value' before)", async () => {
+    const notYet = await send(await jwtHeaders({ nbf: nowSeconds() + 100 }));
+    expect(notYet.body).toEqual({ code: "unauthenticated", message: "JWT claim nbf is in the future: the JWT is not valid yet" });
+    const text = await send(await jwtHeaders({ exp: String(nowSeconds() + 100) }));
+    expect(text.body).toEqual({ code: "unauthenticated", message: "JWT claim exp must be a number (seconds since the epoch)" });
+  });
+
   it("answers 401 to a JWT part with padding, + or / (base64url without padding only: jose read a padded signature as valid)", async () => {
     const valid = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
     expect((await send(valid)).status).toBe(200);

@@ -108,7 +108,14 @@ function rejectionOf(e: unknown): Rejection {
   if (e instanceof errors.JWTExpired) return unauthenticated("jwt_expired", "the JWT has expired");
   if (e instanceof errors.JWTClaimValidationFailed) {
     const claim = e.claim.replace(/[^a-z0-9_]/gi, "");
-    const problem = e.reason === "missing" ? "is missing" : "has the wrong value";
+    const problem =
+      e.reason === "missing"
+        ? "is missing"
+        : e.reason === "invalid"
+          ? "must be a number (seconds since the epoch)"
+          : claim === "nbf"
+            ? "is in the future: the JWT is not valid yet"
+            : "has the wrong value";
     return unauthenticated(`jwt_claim_${claim}`, `JWT claim ${claim} ${problem}`);
   }
   if (e instanceof errors.JWKSNoMatchingKey) {
