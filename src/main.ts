@@ -32,7 +32,7 @@ import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
 import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
 import { accessdVersion } from "./version.js";
-import { checkDataKey, holdsSealedSecrets, keyFileModeOpenToOthers, resolveDataKey } from "./store/data-key.js";
+import { checkDataKey, holdsSealedSecrets, modeOpenToOthers, resolveDataKey } from "./store/data-key.js";
 import { createWebhooks } from "./webhooks/index.js";
 
 export interface Accessd {
@@ -113,11 +113,19 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   // Secrets at rest (webhook secrets, token signing keys) are sealed under the data key; a key that
   // is missing or not the database's stops the start here (ConfigError), before anything is sealed.
   const dataKey = resolveDataKey(config.dataKey, config.database, { holdsSealedSecrets: holdsSealedSecrets(store) });
-  const openMode = dataKey.keyFile === undefined ? undefined : keyFileModeOpenToOthers(dataKey.keyFile);
+  const openMode = dataKey.keyFile === undefined ? undefined : modeOpenToOthers(dataKey.keyFile);
   if (openMode !== undefined) {
     log.warn(
       { keyFile: dataKey.keyFile, mode: openMode.toString(8).padStart(4, "0") },
       "the data key file is open to group or others: whoever reads it opens every secret of a copy of the database; make it mode 0600",
+    );
+  }
+  // A file made by an older build (0644 under a usual umask) keeps its mode: say so.
+  const databaseMode = config.database === ":memory:" ? undefined : modeOpenToOthers(config.database);
+  if (databaseMode !== undefined) {
+    log.warn(
+      { database: config.database, mode: databaseMode.toString(8).padStart(4, "0") },
+      "the database file is open to group or others: it holds personal data, webhook bodies and the hashes of client secrets; make it (and its -wal and -shm) mode 0600",
     );
   }
   const webhooks = createWebhooks({

@@ -198,7 +198,7 @@ describe("a database whose -shm file cannot be written", () => {
   });
 });
 
-describe("a key file that others can read", () => {
+describe("a key file or a database that others can read", () => {
   it("is used, with a warning at start naming the file and its mode; a 0600 one gets none", async () => {
     const database = await startedDatabase();
     const keyFile = dataKeyFilePath(database);
@@ -207,7 +207,7 @@ describe("a key file that others can read", () => {
         .stdout()
         .split("\n")
         .filter((line) => line.includes('"level":40'))
-        .map((line) => JSON.parse(line) as { keyFile?: string; mode?: string; msg: string });
+        .map((line) => JSON.parse(line) as { keyFile?: string; database?: string; mode?: string; msg: string });
 
     const private0600 = serve({ ACCESSD_DATABASE: database });
     await listeningPort(private0600);
@@ -225,6 +225,21 @@ describe("a key file that others can read", () => {
         keyFile,
         mode: "0644",
         msg: "the data key file is open to group or others: whoever reads it opens every secret of a copy of the database; make it mode 0600",
+      },
+    ]);
+
+    // A database an older build made 0644 (it kept its mode, and nothing said so).
+    chmodSync(keyFile, 0o600);
+    chmodSync(database, 0o644);
+    const openDatabase = serve({ ACCESSD_DATABASE: database });
+    await listeningPort(openDatabase);
+    openDatabase.child.kill("SIGTERM");
+    expect(await openDatabase.exited).toEqual({ code: 0, signal: null });
+    expect(warnings(openDatabase)).toMatchObject([
+      {
+        database,
+        mode: "0644",
+        msg: "the database file is open to group or others: it holds personal data, webhook bodies and the hashes of client secrets; make it (and its -wal and -shm) mode 0600",
       },
     ]);
   });

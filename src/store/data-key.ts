@@ -87,13 +87,13 @@ export function resolveDataKey(
 }
 
 /**
- * The mode of a key file open to group or others (e.g. 0644: made by hand, or copied without its
- * mode), or undefined when only its owner has access (0600, as it is made). Such a file is still
- * used (refusing it would stop a server over a mode), but the start warns: whoever reads it opens
- * every secret a copy of the database holds.
+ * The mode of a key file or database open to group or others (e.g. 0644: made by hand, copied
+ * without its mode, or by an older build), or undefined when only its owner has access (0600, as
+ * they are made). Such a file is still used (refusing it would stop a server over a mode), but the
+ * start warns: whoever reads the key file opens every secret a copy of the database holds.
  */
-export function keyFileModeOpenToOthers(keyFile: string): number | undefined {
-  const mode = statSync(keyFile).mode & 0o777;
+export function modeOpenToOthers(file: string): number | undefined {
+  const mode = statSync(file).mode & 0o777;
   return (mode & 0o077) === 0 ? undefined : mode;
 }
 
