@@ -2,7 +2,12 @@ import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { Automations } from "../gen/svc/api/automations/v1/automation_pb.js";
 import * as compiledExpression from "../src/automations/compiled-expression.js";
 import { maxExecutionOutputChars } from "../src/automations/json-cel.js";
 import { maxJsonDepth } from "../src/automations/json-depth.js";
@@ -294,6 +299,17 @@ describe("a runaway expression", () => {
     const res = await server.call("POST", `/api/v1/automations/${id}/execute`, { context: nested(maxJsonDepth + 1) });
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({ code: "invalid_argument", message: `context nests lists and structs deeper than ${maxJsonDepth} levels` });
+  });
+
+  it("refuses an Execute context that is a Value with no kind set (valid protobuf, no JSON form) with invalid_argument over gRPC (it was a 500 and an error line)", async () => {
+    const id = await createAutomation(server, [{ name: "echo", log: { messageCel: "ctx.trigger" } }]);
+    const automations = createClient(Automations, createGrpcTransport({ baseUrl: server.url }));
+    for (const context of [create(ValueSchema), create(ValueSchema, { kind: { case: "structValue", value: { fields: { a: create(ValueSchema) } } } })]) {
+      const refused = await automations.execute({ id, context }, { headers: server.headers }).catch((e: unknown) => ConnectError.from(e));
+      expect(refused).toBeInstanceOf(ConnectError);
+      expect((refused as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((refused as ConnectError).rawMessage).toBe("context holds a google.protobuf.Value with none of its kinds set (null_value, number_value, ...)");
+    }
   });
 
   it.each(["9223372036854775808", "-9223372036854775809", "18446744073709551616u", "0x10000000000000000", "[1, 99999999999999999999]"])(

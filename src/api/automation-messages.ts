@@ -162,8 +162,8 @@ export function jsonFromValue(value: Value | undefined, field: string): JsonValu
 }
 
 /**
- * Refuses a Value an execution cannot hold as it was given: a number that is not finite (JSON
- * has none; stored, it would come back as null) or lists and structs nested deeper than
+ * Refuses a Value an execution cannot hold as it was given: one with no kind set, a number that
+ * is not finite (JSON has none; stored, it would come back as null) or lists and structs nested deeper than
  * maxJsonDepth (its execution could not be read by protobuf clients; a webhook body is held to
  * the same limit).
  */
@@ -171,6 +171,11 @@ function refuseUnstorable(value: Value, field: string): void {
   const pending: [Value, number][] = [[value, 0]];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
     const [{ kind }, depth] = next;
+    if (kind.case === undefined) {
+      // A Value with no kind set, valid on the wire (binary) but with no JSON form: protobuf-es's
+      // toJson threw, and Execute answered 500 with an error line.
+      throw invalidArgument(`${field} holds a google.protobuf.Value with none of its kinds set (null_value, number_value, ...)`);
+    }
     if (kind.case === "numberValue" && !Number.isFinite(kind.value)) {
       throw invalidArgument(`${field} holds a number that is not finite (NaN, Infinity, or beyond a double's range such as 1e400)`);
     }
