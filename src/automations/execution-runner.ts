@@ -95,8 +95,8 @@ export class ExecutionRunner {
   private queueEmptied = false;
   /** The execution the running unit works on (a claim's or a step's): the one to fail if the unit throws. */
   private inHand: Execution | undefined;
-  /** The step of `inHand` the running unit is (undefined for a claim), to name it if the unit throws. */
-  private stepInHand: { position: number; name: string } | undefined;
+  /** The position of the step of `inHand` the running unit runs (undefined for a claim), to name it if the unit throws. */
+  private stepInHand: number | undefined;
 
   constructor(private readonly options: ExecutionRunnerOptions) {}
 
@@ -168,8 +168,7 @@ export class ExecutionRunner {
             continue;
           }
           units++;
-          const { position, steps } = this.current;
-          this.stepInHand = { position, name: steps[position]?.name ?? "" };
+          this.stepInHand = this.current.position;
           if (this.runNextStep(this.current, lines)) this.current = undefined;
         }
         // An execution claimed and finished within the batch goes from PENDING to its end in one
@@ -322,8 +321,10 @@ export class ExecutionRunner {
    * good. The batch is rolled back; its execution alone is ended FAILED, in a transaction of its
    * own, and the others run again as they were.
    */
-  private failOnInternalError(execution: Execution, step: { position: number; name: string } | undefined, error: unknown): void {
+  private failOnInternalError(execution: Execution, position: number | undefined, error: unknown): void {
     const { log } = this.options;
+    const name = position === undefined ? undefined : this.stepsOf(execution)?.[position]?.name;
+    const step = position === undefined || name === undefined ? undefined : { position, name };
     const reason = boundedErrorText(`internal error: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`);
     log.error({ err: error, executionId: execution.id, automationId: execution.automationId, step: step?.name }, "automation execution failed on an internal error");
     this.endWithFailedStep(execution, step, reason, reason);

@@ -13,6 +13,7 @@ import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./connection-tracker.js";
 import { writeJson, writeJsonError } from "./json-error.js";
 import { everyValueOf, isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
+import { cutText } from "../cut-text.js";
 import { answeredCodeOf, codeName } from "./outcome-codes.js";
 import { writeErrorInProtocol } from "./protocol-error.js";
 import { protocolOfContentType, type RequestFacts, rpcProtocolOf } from "./request-context.js";
@@ -351,7 +352,7 @@ function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
  * event ids are cut in their lines.
  */
 function shownPath(path: string): string {
-  return path.length <= 200 ? path : `${path.slice(0, 200)}… (${path.length - 200} more characters)`;
+  return cutText(path, 200);
 }
 
 /** How long a client may take to send a request's headers: the request timeout, at most 10 s. */

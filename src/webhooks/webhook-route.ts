@@ -34,7 +34,7 @@ export function webhookRoute(
         // A verdict like the pipeline's: counted and logged (a sender's GET went unseen).
         onVerdict("method_not_allowed", 405);
         log.info(
-          { requestId: facts.requestId, listenerId: listenerId.slice(0, maxLoggedListenerIdLength), status: 405, reason: "method_not_allowed", method: req.method },
+          { requestId: facts.requestId, listenerId: listenerId.slice(0, maxLoggedListenerIdLength), status: 405, reason: "method_not_allowed", method: (req.method ?? "").slice(0, 32) },
           "webhook refused",
         );
         refuseMethod(res, req.method, path, ["POST"]);
