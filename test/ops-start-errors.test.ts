@@ -199,28 +199,26 @@ describe("a database whose -shm file cannot be written", () => {
 });
 
 describe("a key file or a database that others can read", () => {
+  /** The warnings of a start on `database` that is then stopped gracefully. */
+  async function startWarnings(database: string): Promise<{ keyFile?: string; database?: string; mode?: string; msg: string }[]> {
+    const cli = serve({ ACCESSD_DATABASE: database });
+    await listeningPort(cli);
+    cli.child.kill("SIGTERM");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    return cli
+      .stdout()
+      .split("\n")
+      .filter((line) => line.includes('"level":40'))
+      .map((line) => JSON.parse(line) as { keyFile?: string; database?: string; mode?: string; msg: string });
+  }
+
   it("is used, with a warning at start naming the file and its mode; a 0600 one gets none", async () => {
     const database = await startedDatabase();
     const keyFile = dataKeyFilePath(database);
-    const warnings = (cli: CliProcess) =>
-      cli
-        .stdout()
-        .split("\n")
-        .filter((line) => line.includes('"level":40'))
-        .map((line) => JSON.parse(line) as { keyFile?: string; database?: string; mode?: string; msg: string });
-
-    const private0600 = serve({ ACCESSD_DATABASE: database });
-    await listeningPort(private0600);
-    private0600.child.kill("SIGTERM");
-    expect(await private0600.exited).toEqual({ code: 0, signal: null });
-    expect(warnings(private0600)).toEqual([]);
+    expect(await startWarnings(database)).toEqual([]);
 
     chmodSync(keyFile, 0o644);
-    const readable = serve({ ACCESSD_DATABASE: database });
-    await listeningPort(readable);
-    readable.child.kill("SIGTERM");
-    expect(await readable.exited).toEqual({ code: 0, signal: null });
-    expect(warnings(readable)).toMatchObject([
+    expect(await startWarnings(database)).toMatchObject([
       {
         keyFile,
         mode: "0644",
@@ -231,11 +229,7 @@ describe("a key file or a database that others can read", () => {
     // A database an older build made 0644 (it kept its mode, and nothing said so).
     chmodSync(keyFile, 0o600);
     chmodSync(database, 0o644);
-    const openDatabase = serve({ ACCESSD_DATABASE: database });
-    await listeningPort(openDatabase);
-    openDatabase.child.kill("SIGTERM");
-    expect(await openDatabase.exited).toEqual({ code: 0, signal: null });
-    expect(warnings(openDatabase)).toMatchObject([
+    expect(await startWarnings(database)).toMatchObject([
       {
         database,
         mode: "0644",
