@@ -1,4 +1,6 @@
 import { execFile } from "node:child_process";
+import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { fromBinary } from "@bufbuild/protobuf";
@@ -10,6 +12,8 @@ import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1Alpha } from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { healthService } from "../src/server/health/health-service.js";
+import { DescriptorIndex } from "../src/server/reflection/descriptor-index.js";
+import { ReflectionStreams, serverReflectionV1, serverReflectionV1Alpha } from "../src/server/reflection/reflection-service.js";
 import { createApp, createEntitlement, createUser, listOwnerIds } from "./support/api-fixtures.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
@@ -123,6 +127,78 @@ describe("gRPC server reflection", () => {
       value: expect.objectContaining({ errorCode: Code.NotFound, errorMessage: "symbol no.such.Thing not found" }),
     });
     expect(answers[1]?.case).toBe("listServicesResponse");
+  });
+
+  it("keeps a stream that sends a message within each request timeout open past it, and cuts one that stops sending (it was reset at the timeout however busy)", async () => {
+    const own = await startTestServer({ requestTimeoutMs: 1_000 });
+    const session = http2Connect(own.url);
+    session.on("error", () => {});
+    try {
+      const listServices = Buffer.from([0, 0, 0, 0, 2, 0x3a, 0x00]); // ServerReflectionRequest { list_services: "" }
+      const stream = session.request(
+        { ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" },
+        { endStream: false },
+      );
+      stream.on("error", () => {});
+      let answers = 0;
+      stream.on("data", () => answers++); // one DATA frame an answer at this size
+      const closed = once(stream, "close");
+      const started = performance.now();
+      for (let sent = 0; sent < 8; sent++) {
+        stream.write(listServices);
+        await new Promise((resolve) => setTimeout(resolve, 400));
+      }
+      // 3.2 s of use, three times the request timeout: every message answered, the stream open.
+      expect(answers).toBe(8);
+      expect(stream.closed).toBe(false);
+      await closed; // then silence: cut between one and two timeouts after the last message
+      const silentFor = performance.now() - started - 3_200;
+      expect(silentFor).toBeGreaterThan(500);
+      expect(silentFor).toBeLessThan(3_000);
+    } finally {
+      session.destroy();
+      await own.close();
+    }
+  });
+
+  it("refuses a stream past its cap at once (RESOURCE_EXHAUSTED), shared by v1 and v1alpha, and takes one again when a stream ends", async () => {
+    const streams = new ReflectionStreams(2);
+    const index = new DescriptorIndex([ServerReflection]);
+    const transport = createRouterTransport((router) => {
+      router.service(ServerReflection, serverReflectionV1(index, streams));
+      router.service(ServerReflectionV1Alpha, serverReflectionV1Alpha(index, streams));
+    });
+    const v1 = createClient(ServerReflection, transport);
+    const v1alpha = createClient(ServerReflectionV1Alpha, transport);
+    const holdOpen = (client: typeof v1 | typeof v1alpha) => {
+      const cancel = new AbortController();
+      const requests = (async function* () {
+        yield { messageRequest: { case: "listServices" as const, value: "" } };
+        await new Promise((resolve) => cancel.signal.addEventListener("abort", resolve));
+      })();
+      return { cancel, answers: client.serverReflectionInfo(requests, { signal: cancel.signal })[Symbol.asyncIterator]() };
+    };
+    const first = holdOpen(v1);
+    const second = holdOpen(v1alpha);
+    expect((await first.answers.next()).value?.messageResponse.case).toBe("listServicesResponse");
+    expect((await second.answers.next()).value?.messageResponse.case).toBe("listServicesResponse");
+    const refused = await holdOpen(v1).answers.next().then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(refused?.code).toBe(Code.ResourceExhausted);
+    first.cancel.abort();
+    await first.answers.next().catch(() => undefined);
+    await expect.poll(async () => {
+      const third = holdOpen(v1);
+      const answered = await third.answers.next().then(
+        (r) => r.value?.messageResponse.case,
+        () => undefined,
+      );
+      third.cancel.abort();
+      return answered;
+    }).toBe("listServicesResponse");
+    second.cancel.abort();
   });
 });
 

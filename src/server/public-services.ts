@@ -5,7 +5,7 @@ import { ServerReflection as ServerReflectionV1 } from "../../gen/grpc/reflectio
 import { ServerReflection as ServerReflectionV1Alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { healthService } from "./health/health-service.js";
 import { DescriptorIndex } from "./reflection/descriptor-index.js";
-import { serverReflectionV1, serverReflectionV1Alpha } from "./reflection/reflection-service.js";
+import { ReflectionStreams, serverReflectionV1, serverReflectionV1Alpha } from "./reflection/reflection-service.js";
 
 export interface PublicServicesOptions {
   /** The API's services: reflection describes them, health answers for them by name. */
@@ -22,6 +22,7 @@ export function registerPublicServices(router: ConnectRouter, options: PublicSer
   const all = [...new Map([...options.apiServices, ...publicServices].map((s) => [s.typeName, s])).values()];
   const index = new DescriptorIndex(all);
   router.service(Health, healthService({ shutdown: options.shutdown, ready: options.ready, services: index.serviceNames }));
-  router.service(ServerReflectionV1, serverReflectionV1(index));
-  router.service(ServerReflectionV1Alpha, serverReflectionV1Alpha(index));
+  const reflectionStreams = new ReflectionStreams(); // one cap for both versions
+  router.service(ServerReflectionV1, serverReflectionV1(index, reflectionStreams));
+  router.service(ServerReflectionV1Alpha, serverReflectionV1Alpha(index, reflectionStreams));
 }

@@ -27,6 +27,12 @@ export interface RequestFacts {
    * then `deadline_exceeded`, what its client was answered, whatever its signal says (`canceled`).
    */
   cutByDeadline?: boolean;
+  /**
+   * When the last message of a streaming request body arrived (performance.now()), noted by a
+   * handler that reads a stream of messages (reflection): the request deadline then times the gap
+   * between messages, not the whole body, which such a stream keeps open for as long as it is used.
+   */
+  streamedMessageAt?: number;
 }
 
 /**
@@ -43,7 +49,7 @@ export const requestFactsKey = createContextKey<RequestFacts>(
 );
 
 /** Notes `fields` on the request's facts, unless they are the frozen default (see requestFactsKey). */
-export function noteRequestFacts(facts: RequestFacts, fields: Pick<RequestFacts, "observed" | "clientId">): void {
+export function noteRequestFacts(facts: RequestFacts, fields: Pick<RequestFacts, "observed" | "clientId" | "streamedMessageAt">): void {
   if (!Object.isFrozen(facts)) Object.assign(facts, fields);
 }
 

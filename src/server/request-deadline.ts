@@ -127,6 +127,13 @@ function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeo
     if (stream.closed || stream.destroyed) return;
     // Sent to its end by the client (`req.complete` is also false while a handler leaves the body unread).
     if (!req.complete && stream.state.remoteClose !== 1) {
+      // A stream of messages (reflection) is timed message by message: one that came within the
+      // last timeoutMs keeps it, so it is cut between one and two timeoutMs after its last.
+      const lastMessageAt = facts.streamedMessageAt;
+      if (lastMessageAt !== undefined && performance.now() - lastMessageAt < timeoutMs) {
+        timer.refresh();
+        return;
+      }
       cutIncompleteRequest(req, res, timeoutMs, facts);
       return;
     }

@@ -1,4 +1,5 @@
-import { Code, type ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { noteRequestFacts, requestFactsKey } from "../request-context.js";
 import { ServerReflection as ServerReflectionV1 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1Alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import type { DescriptorIndex } from "./descriptor-index.js";
@@ -19,28 +20,56 @@ type ReflectionAnswer =
   | { case: "errorResponse"; value: { errorCode: number; errorMessage: string } };
 
 /**
+ * How many reflection streams may be open at once. They need no token, and a stream that sends a
+ * message now and then is kept for as long as it likes (the request deadline times the gap between
+ * messages), so, as health Watches, they are capped; past it a stream is refused with
+ * RESOURCE_EXHAUSTED. `grpcurl` and `buf curl` open one for each invocation.
+ */
+export const defaultMaxReflectionStreams = 1_000;
+
+/** The reflection streams open now, shared by v1 and v1alpha, and their cap. */
+export class ReflectionStreams {
+  private open = 0;
+  constructor(readonly max = defaultMaxReflectionStreams) {}
+
+  /**
+   * Runs one stream: one answer per request, each request's arrival noted on the request's facts
+   * (see RequestFacts.streamedMessageAt).
+   */
+  async *serve<Q extends ReflectionRequest, A>(requests: AsyncIterable<Q>, context: HandlerContext, reply: (request: Q) => A): AsyncGenerator<A> {
+    if (this.open >= this.max) {
+      throw new ConnectError(`${this.max} reflection streams are open already; close one, or try again later`, Code.ResourceExhausted);
+    }
+    this.open++;
+    try {
+      const facts = context.values.get(requestFactsKey);
+      for await (const request of requests) {
+        noteRequestFacts(facts, { streamedMessageAt: performance.now() });
+        yield reply(request);
+      }
+    } finally {
+      this.open--;
+    }
+  }
+}
+
+/**
  * grpc.reflection.v1 ServerReflectionInfo: one answer per request on the bidi stream. Problems
  * with a single request (unknown symbol) are answered in-stream with an ErrorResponse, as gRPC's
  * own implementations do, so the stream stays usable.
  */
-export function serverReflectionV1(index: DescriptorIndex): ServiceImpl<typeof ServerReflectionV1> {
+export function serverReflectionV1(index: DescriptorIndex, streams = new ReflectionStreams()): ServiceImpl<typeof ServerReflectionV1> {
   return {
-    async *serverReflectionInfo(requests) {
-      for await (const request of requests) {
-        yield { validHost: request.host, originalRequest: request, messageResponse: answer(index, request) };
-      }
-    },
+    serverReflectionInfo: (requests, context) =>
+      streams.serve(requests, context, (request) => ({ validHost: request.host, originalRequest: request, messageResponse: answer(index, request) })),
   };
 }
 
 /** The same service under grpc.reflection.v1alpha, which older clients (grpcurl < 1.9) speak. */
-export function serverReflectionV1Alpha(index: DescriptorIndex): ServiceImpl<typeof ServerReflectionV1Alpha> {
+export function serverReflectionV1Alpha(index: DescriptorIndex, streams = new ReflectionStreams()): ServiceImpl<typeof ServerReflectionV1Alpha> {
   return {
-    async *serverReflectionInfo(requests) {
-      for await (const request of requests) {
-        yield { validHost: request.host, originalRequest: request, messageResponse: answer(index, request) };
-      }
-    },
+    serverReflectionInfo: (requests, context) =>
+      streams.serve(requests, context, (request) => ({ validHost: request.host, originalRequest: request, messageResponse: answer(index, request) })),
   };
 }
 
