@@ -258,14 +258,38 @@ describe("one port, every protocol", () => {
     }
   });
 
-  it("cuts a gRPC error message that quotes a long input to 2,000 characters, so the status reaches the client (a 100,000-character updateMask reset the stream)", async () => {
+  it("cuts a gRPC error message that quotes a long input to 4 KiB encoded, so the status reaches the client (a 100,000-character updateMask reset the stream)", async () => {
     const apps = createClient(Apps, createGrpcTransport({ baseUrl: server.url, interceptors: [withServerHeaders] }));
     const { app } = await apps.create({ displayName: "masked" });
     const path = "x".repeat(100_000);
     const refused = await apps.update({ app: { id: app?.id ?? "", displayName: "y" }, updateMask: { paths: [path] } }).catch((e: unknown) => ConnectError.from(e));
     expect(refused).toBeInstanceOf(ConnectError);
     expect((refused as ConnectError).code).toBe(Code.InvalidArgument);
-    expect((refused as ConnectError).rawMessage).toMatch(/^[^]{2000}… \(\d+ more characters\)$/);
+    expect((refused as ConnectError).rawMessage).toMatch(/… \(\d+ more characters\)$/);
+    expect((refused as ConnectError).rawMessage.length).toBeLessThanOrEqual(4_096);
+  });
+
+  it("keeps grpc-message within 4 KiB also for characters that encode long (900 CJK characters, 9 bytes each encoded, passed C core's and grpc-java's 8 KiB metadata limit: RESOURCE_EXHAUSTED instead of NOT_FOUND)", async () => {
+    const id = "中".repeat(1_000);
+    const message = Buffer.concat([Buffer.from([0x0a]), varint(Buffer.byteLength(id)), Buffer.from(id)]); // GetAppRequest { id }
+    const frame = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+    frame.writeUInt32BE(message.length, 1);
+    const session = http2Connect(server.url);
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/svc.api.app.v1.Apps/Get", "content-type": "application/grpc", te: "trailers", ...server.headers });
+      let status: Record<string, unknown> = {};
+      stream.on("response", (headers) => (status = { ...status, ...headers }));
+      stream.on("trailers", (trailers) => (status = { ...status, ...trailers }));
+      stream.resume();
+      stream.end(frame);
+      await new Promise((resolve) => stream.on("close", resolve));
+      expect(status["grpc-status"]).toBe(String(Code.NotFound));
+      const header = String(status["grpc-message"]);
+      expect(header.length).toBeLessThanOrEqual(4_096);
+      expect(decodeURIComponent(header)).toMatch(/^[^%]*中+… \(\d+ more characters\)$/);
+    } finally {
+      session.close();
+    }
   });
 
   it.each(["GET", "PUT", "DELETE"])("answers %s on an RPC path with 405, Allow: POST and a JSON error (RFC 9110: a 405 names the methods taken)", async (method) => {
@@ -284,3 +308,15 @@ describe("one port, every protocol", () => {
     expect(await ready.json()).toEqual({ status: "ready" });
   });
 });
+
+/** `n` as a protobuf varint. */
+function varint(n: number): Buffer {
+  const bytes: number[] = [];
+  for (let rest = n; ; rest >>>= 7) {
+    if (rest < 0x80) {
+      bytes.push(rest);
+      return Buffer.from(bytes);
+    }
+    bytes.push((rest & 0x7f) | 0x80);
+  }
+}

@@ -4,7 +4,6 @@ import { writeJsonError } from "./json-error.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { codeName, httpStatusOf, noteAnsweredCode } from "./outcome-codes.js";
 import type { WireProtocol } from "./request-context.js";
-import { cutText } from "../cut-text.js";
 
 /**
  * An error answered before (or instead of) connect-es, in the words of the caller's protocol: a
@@ -72,21 +71,38 @@ function writeConnectEndStream(res: NodeResponse, contentType: string, code: Cod
 }
 
 /**
- * The longest `grpc-message` text sent (characters, before encoding: at most 12 bytes each once
- * encoded). A message may quote what the client sent (an `updateMask` path, a CIDR, an unknown
- * JSON key), and Node's HTTP/2 cannot send a header block much over 64 KB: a 100,000-character
- * mask reached the client as a reset stream (FRAME_SIZE_ERROR, `internal`), not its
- * INVALID_ARGUMENT. Connect and REST carry the message in the body, whole.
+ * The longest `grpc-message` sent, in bytes once percent-encoded. A message may quote what the
+ * client sent (an `updateMask` path, a CIDR, an unknown JSON key), and a header block has limits:
+ * Node's HTTP/2 cannot send one much over 64 KB (a 100,000-character mask reached the client as a
+ * reset stream, `internal`, not its INVALID_ARGUMENT), and gRPC's C core (Python, C++, Ruby...)
+ * and grpc-java refuse metadata over 8 KiB (a NOT_FOUND quoting 900 CJK characters, 9 bytes each
+ * encoded, reached a Python client as RESOURCE_EXHAUSTED). 4 KiB leaves the other headers room.
+ * Connect and REST carry the message in the body, whole.
  */
-const maxGrpcMessageChars = 2_000;
+const maxGrpcMessageBytes = 4_096;
 
 /**
  * `text` as the gRPC spec's `grpc-message`: UTF-8, `%` and bytes outside 0x20-0x7E
- * percent-encoded; cut to maxGrpcMessageChars.
+ * percent-encoded; at most maxGrpcMessageBytes, cut at a character and saying how much was left out.
  */
 export function grpcMessageHeader(text: string): string {
+  const whole = percentEncoded(text);
+  if (whole.length <= maxGrpcMessageBytes) return whole;
+  const reserve = 48; // for "… (N more characters)", encoded
   let spelled = "";
-  for (const byte of Buffer.from(cutText(text, maxGrpcMessageChars), "utf8")) {
+  let kept = 0;
+  for (const character of text) {
+    const next = percentEncoded(character);
+    if (spelled.length + next.length > maxGrpcMessageBytes - reserve) break;
+    spelled += next;
+    kept += character.length;
+  }
+  return spelled + percentEncoded(`… (${text.length - kept} more characters)`);
+}
+
+function percentEncoded(text: string): string {
+  let spelled = "";
+  for (const byte of Buffer.from(text, "utf8")) {
     spelled += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
   return spelled;
