@@ -129,7 +129,7 @@ describe("gRPC server reflection", () => {
     expect(answers[1]?.case).toBe("listServicesResponse");
   });
 
-  it("keeps a stream that sends a message within each request timeout open past it, and cuts one that stops sending (it was reset at the timeout however busy)", async () => {
+  it("keeps a stream that sends a message within each request timeout open past it, and ends one that stops sending with DEADLINE_EXCEEDED (it was reset at the timeout however busy, with no status)", async () => {
     const own = await startTestServer({ requestTimeoutMs: 1_000 });
     const session = http2Connect(own.url);
     session.on("error", () => {});
@@ -142,6 +142,8 @@ describe("gRPC server reflection", () => {
       stream.on("error", () => {});
       let answers = 0;
       stream.on("data", () => answers++); // one DATA frame an answer at this size
+      let trailers: Record<string, unknown> = {};
+      stream.on("trailers", (received: Record<string, unknown>) => (trailers = received));
       const closed = once(stream, "close");
       const started = performance.now();
       for (let sent = 0; sent < 8; sent++) {
@@ -155,6 +157,8 @@ describe("gRPC server reflection", () => {
       const silentFor = performance.now() - started - 3_200;
       expect(silentFor).toBeGreaterThan(500);
       expect(silentFor).toBeLessThan(3_000);
+      // With a status: a bare reset read CANCELLED to gRPC clients, as if they had cancelled.
+      expect(trailers).toMatchObject({ "grpc-status": String(Code.DeadlineExceeded), "grpc-message": "no message arrived within 1000 ms" });
     } finally {
       session.destroy();
       await own.close();

@@ -1,6 +1,6 @@
 import { Http2ServerResponse, constants as http2Constants } from "node:http2";
 import type { Socket } from "node:net";
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { writeErrorInProtocol } from "./protocol-error.js";
 import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
@@ -82,11 +82,16 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
     // and a handler went on to act on what had come (an app created after its client got 408).
     // An HTTP/2 request's destroy() leaves its stream open: the stream itself is reset.
     req.on("error", () => {}); // its reader, if one is reading, meets the error; nobody else need
-    req.destroy(new RequestTimeoutError(timeoutMs));
     if (res.headersSent) {
-      res.stream.close(http2Constants.NGHTTP2_CANCEL);
+      // A streaming call whose answer has begun (a reflection stream gone quiet): its handler
+      // meets DEADLINE_EXCEEDED reading its next message and ends the stream with that status,
+      // and the stream is reset once that is out (at most a second later), as a 408's. A bare
+      // reset read CANCELLED to gRPC clients, as if they had cancelled it themselves.
+      req.destroy(new ConnectError(`no message arrived within ${timeoutMs} ms`, Code.DeadlineExceeded));
+      cutOnceAnswered(res);
       return;
     }
+    req.destroy(new RequestTimeoutError(timeoutMs));
     res.stream.once("finish", () => cutOnceAnswered(res));
   } else {
     if (res.headersSent) {
