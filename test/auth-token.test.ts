@@ -547,18 +547,24 @@ describe("token requests in the log and the metrics", () => {
 });
 
 describe("a token request cut by the request deadline", () => {
-  it("is logged with its source address, at info", async () => {
+  it("is answered 408 in RFC 6749's shape (it was the API's), and logged with its source address, at info", async () => {
     const { accessd, lines } = await startLoggedAccessd("info", { requestTimeoutMs: 1_000 });
     const client = http2Connect(accessd.url);
     client.on("error", () => {});
     try {
       const stream = client.request({ ":method": "POST", ":path": "/auth/v1/token", "content-type": "application/x-www-form-urlencoded" });
       stream.on("error", () => {});
-      stream.resume();
+      const chunks: Buffer[] = [];
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
       stream.write("grant_type=client_credentials&client_id=x"); // and no more
       const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
       expect(headers[":status"]).toBe(408);
+      expect(headers["cache-control"]).toBe("no-store");
       await once(stream, "close");
+      expect(JSON.parse(Buffer.concat(chunks).toString("utf8"))).toEqual({
+        error: "invalid_request",
+        error_description: "the request body did not arrive within 1000 ms",
+      });
     } finally {
       client.close();
       await accessd.close();

@@ -374,7 +374,7 @@ describe("/openapi.json", () => {
 
   it("documents every status of the token endpoint, with Retry-After on 429 and 503", () => {
     const token = served.paths["/auth/v1/token"]?.["post"] as { responses: Record<string, { headers?: Record<string, unknown> }> };
-    expect(Object.keys(token.responses).sort()).toEqual(["200", "400", "401", "413", "415", "429", "503", "default"]);
+    expect(Object.keys(token.responses).sort()).toEqual(["200", "400", "401", "408", "413", "415", "429", "503", "default"]);
     expect(Object.keys(token.responses["429"]?.headers ?? {})).toEqual(["Retry-After"]);
     expect(Object.keys(token.responses["503"]?.headers ?? {})).toEqual(["Retry-After"]);
   });

@@ -72,6 +72,9 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
       // Who asked, for the log (an access-management API's grants must be attributable): the
       // source address, and the client id as given once the request is read that far.
       const audit: TokenAudit = { sourceIp: options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]) };
+      // A body later than the request timeout is refused as RFC 6749 refuses a bad request, so
+      // that an OAuth client library reads `error` (it was the API's `{"code": ...}`).
+      facts.answerLateBody = (late, message, headers) => writeOAuthJson(late, 408, { error: "invalid_request", error_description: message }, headers);
       try {
         const issued = await issueToken(req, options, audit);
         writeOAuthJson(res, 200, { access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn });

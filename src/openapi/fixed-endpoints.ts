@@ -144,6 +144,7 @@ function tokenOperation(): Schema {
       },
       "400": { description: "Malformed request or unsupported grant type.", content: oauthError },
       "401": { description: "Client authentication failed.", content: oauthError },
+      "408": { description: "The body did not arrive within the request timeout (error invalid_request).", content: oauthError },
       "413": { description: "Body larger than the token endpoint accepts.", content: oauthError },
       "415": { description: "A compressed body (Content-Encoding other than identity).", content: oauthError },
       "429": {
@@ -152,7 +153,7 @@ function tokenOperation(): Schema {
         content: oauthError,
       },
       "503": { description: "The store is unavailable (error temporarily_unavailable).", headers: retryAfter, content: oauthError },
-      // A body that does not arrive in time (408) or a failure of the server itself: the API's error shape.
+      // A failure of the server itself: the API's error shape.
       default: { $ref: "#/components/responses/Error" },
     },
   };

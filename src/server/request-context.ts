@@ -1,4 +1,5 @@
 import { createContextKey } from "@connectrpc/connect";
+import type { NodeResponse } from "./node-http.js";
 
 export type WireProtocol = "rest" | "connect" | "grpc" | "grpc-web";
 
@@ -33,6 +34,11 @@ export interface RequestFacts {
    * between messages, not the whole body, which such a stream keeps open for as long as it is used.
    */
   streamedMessageAt?: number;
+  /**
+   * How a route that answers in an error shape of its own (the token endpoint: RFC 6749's) writes
+   * the request deadline's 408; unset, the deadline answers in the API's shape for the protocol.
+   */
+  answerLateBody?: (res: NodeResponse, message: string, headers: Record<string, string>) => void;
 }
 
 /**

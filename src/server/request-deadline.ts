@@ -100,15 +100,10 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
     }
     res.once("finish", () => req.destroy());
   }
-  writeErrorInProtocol(
-    req,
-    res,
-    rpcProtocolOf(facts),
-    Code.DeadlineExceeded,
-    `the request body did not arrive within ${timeoutMs} ms`,
-    408,
-    isHttp2Request(req) ? {} : { connection: "close" },
-  );
+  const message = `the request body did not arrive within ${timeoutMs} ms`;
+  const headers: Record<string, string> = isHttp2Request(req) ? {} : { connection: "close" };
+  if (facts.answerLateBody !== undefined) facts.answerLateBody(res, message, headers);
+  else writeErrorInProtocol(req, res, rpcProtocolOf(facts), Code.DeadlineExceeded, message, 408, headers);
 }
 
 /**
