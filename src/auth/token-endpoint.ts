@@ -72,9 +72,7 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
       // Who asked, for the log (an access-management API's grants must be attributable): the
       // source address, and the client id as given once the request is read that far.
       const audit: TokenAudit = { sourceIp: options.sourceIp.resolve(facts.peerAddress, req.headers["x-forwarded-for"]) };
-      // A body later than the request timeout is refused as RFC 6749 refuses a bad request, so
-      // that an OAuth client library reads `error` (it was the API's `{"code": ...}`).
-      facts.answerLateBody = (late, message, headers) => writeOAuthJson(late, 408, { error: "invalid_request", error_description: message }, headers);
+      facts.answerLateBody = answerLateTokenRequest;
       try {
         const issued = await issueToken(req, options, audit);
         writeOAuthJson(res, 200, { access_token: issued.accessToken, token_type: "Bearer", expires_in: issued.expiresIn });
@@ -250,4 +248,12 @@ async function checkSecret(secret: string, client: Client | undefined): Promise<
   if (client.secretHash === undefined) throw invalidClient(secretRefusal, "this client authenticates with private_key_jwt");
   if (!matches) throw invalidClient(secretRefusal, "wrong client_secret");
   return client;
+}
+
+/**
+ * The request deadline's 408 for a token request whose body is late, as RFC 6749 refuses a bad
+ * request, so that an OAuth client library reads `error` (it was the API's `{"code": ...}`).
+ */
+function answerLateTokenRequest(res: NodeResponse, message: string, headers: Record<string, string>): void {
+  writeOAuthJson(res, 408, { error: "invalid_request", error_description: message }, headers);
 }

@@ -2,7 +2,7 @@ import { clone, create } from "@bufbuild/protobuf";
 import { celEnv, celError, celFunc, CelScalar, listType, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
 import { strings } from "@bufbuild/cel/ext";
 import { Expr_CallSchema as CallSchema, ExprSchema, ParsedExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
-import { conformingCasts } from "./conforming-casts.js";
+import { conformingCasts, maxInt64, maxUint64, minInt64 } from "./conforming-casts.js";
 import {
   appendToAccumulator,
   appendToAccumulatorFunction,
@@ -292,7 +292,7 @@ function firstBracketDeeperThan(source: string, maxDepth: number): number | unde
  * cel-es's parser takes at most one comment between two tokens and only one that a line break
  * ends: `1 // one`, and two comment lines in a row, were syntax errors.
  */
-export function commentsBlanked(source: string): string {
+function commentsBlanked(source: string): string {
   let blanked = "";
   let copied = 0;
   for (const span of lexicalSpans(source)) {
@@ -338,8 +338,8 @@ function* lexicalSpans(source: string): Generator<{ kind: "code" | "comment" | "
   if (codeStart < source.length) yield { kind: "code", start: codeStart, end: source.length };
 }
 
-const int64Range = { min: -(2n ** 63n), max: 2n ** 63n - 1n, text: "int: -2^63 to 2^63-1" };
-const uint64Range = { min: 0n, max: 2n ** 64n - 1n, text: "uint: 0 to 2^64-1" };
+const int64Range = { min: minInt64, max: maxInt64, text: "int: -2^63 to 2^63-1" };
+const uint64Range = { min: 0n, max: maxUint64, text: "uint: 0 to 2^64-1" };
 
 /**
  * The first int or uint literal outside its type's range (`9223372036854775808`,

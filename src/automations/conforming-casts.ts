@@ -43,9 +43,10 @@ export const conformingCasts = [
 
 const minTimestampSeconds = -62_135_596_800n; // 0001-01-01T00:00:00Z
 const maxTimestampSeconds = 253_402_300_799n; // 9999-12-31T23:59:59Z
-const minInt64 = -(2n ** 63n);
-const maxInt64 = 2n ** 63n - 1n;
-const maxUint64 = 2n ** 64n - 1n;
+/** CEL's int and uint ranges (int64, uint64). */
+export const minInt64 = -(2n ** 63n);
+export const maxInt64 = 2n ** 63n - 1n;
+export const maxUint64 = 2n ** 64n - 1n;
 
 /** The text as the error shows it: quoted, and cut at 64 characters. */
 function quoted(text: string): string {

@@ -41,7 +41,8 @@ function describeCelError(error: CelError, expression: CompiledExpression, conte
       expression.accesses.find((a) => a.exprId === error.exprId && a.field === field) ??
       expression.accesses.find((a) => a.field === field);
     if (access === undefined) return `field "${field}" is missing`;
-    const operand = operandValue(expression, access.exprId, context);
+    const read = findExpr(expression.parsed.expr, access.exprId);
+    const operand = read === undefined ? unknown : operandValue(read, context);
     if (operand.known && !isCelMap(operand.value)) {
       return `${access.text} cannot be read: ${operand.text} is ${aValueOf(operand.value)}, not a map`;
     }
@@ -66,15 +67,16 @@ interface KnownValue {
   text: string;
 }
 
-/** The value of the operand of the select or index `exprId`, evaluated on its own; unknown when it cannot stand alone or fails. */
-function operandValue(expression: CompiledExpression, exprId: bigint, context: StepContext): KnownValue | { known: false } {
-  const node = findExpr(expression.parsed.expr, exprId);
-  const kind = node?.exprKind;
-  const operand = kind?.case === "selectExpr" ? kind.value.operand : kind?.case === "callExpr" && kind.value.function === "_[_]" ? kind.value.args[0] : undefined;
-  if (operand === undefined) return { known: false };
+const unknown = { known: false } as const;
+
+/** The value of the operand of a select or an index (`read`), evaluated on its own; unknown when it cannot stand alone or fails. */
+function operandValue(read: Expr, context: StepContext): KnownValue | typeof unknown {
+  const kind = read.exprKind;
+  const operand = kind.case === "selectExpr" ? kind.value.operand : kind.case === "callExpr" && kind.value.function === "_[_]" ? kind.value.args[0] : undefined;
+  if (operand === undefined) return unknown;
   const text = unparse(operand);
   const value = evaluateAlone(text, context);
-  return value === undefined || isCelError(value) ? { known: false } : { known: true, value, text };
+  return value === undefined || isCelError(value) ? unknown : { known: true, value, text };
 }
 
 /** `source` compiled and evaluated apart, with the step's context; undefined when it cannot stand alone (a comprehension's variable). */
@@ -109,7 +111,7 @@ function failingIndex(expression: CompiledExpression, key: string, context: Step
   });
   // Each evaluation has the whole budget (about 0.2 s at worst): a few indexes are looked at, no more.
   for (const indexing of indexes.reverse().slice(0, maxIndexesExplained)) {
-    const operand = operandValue(expression, indexing.id, context);
+    const operand = operandValue(indexing, context);
     if (!operand.known) continue;
     const text = unparse(indexing);
     const whole = evaluateAlone(text, context);

@@ -86,8 +86,11 @@ const maxGrpcMessageBytes = 4_096;
  * percent-encoded; at most maxGrpcMessageBytes, cut at a character and saying how much was left out.
  */
 export function grpcMessageHeader(text: string): string {
-  const whole = percentEncoded(text);
-  if (whole.length <= maxGrpcMessageBytes) return whole;
+  // Each character takes at least a byte: a longer text is cut without encoding it whole.
+  if (text.length <= maxGrpcMessageBytes) {
+    const whole = percentEncoded(text);
+    if (whole.length <= maxGrpcMessageBytes) return whole;
+  }
   const reserve = 48; // for "… (N more characters)", encoded
   let spelled = "";
   let kept = 0;
