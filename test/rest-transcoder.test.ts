@@ -182,6 +182,18 @@ describe("request bodies", () => {
     expect(((await res.json()) as JsonError).code).toBe("invalid_argument");
   });
 
+  it("answers 415 to a JSON body declared in a charset other than UTF-8 (a UTF-16 body was read as UTF-8), as Connect does, and takes utf-8", async () => {
+    const res = await fetch(`${server.url}/api/v1/users`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json; charset=utf-16le" },
+      body: Buffer.from('{"displayName":"Ada"}', "utf16le"),
+    });
+    expect(res.status).toBe(415);
+    expect(await res.json()).toEqual({ code: "invalid_argument", message: "JSON bodies are read as UTF-8: charset=utf-16le is not taken" });
+    const utf8 = await server.call("POST", "/api/v1/users", { displayName: "Ada" }, { "content-type": 'application/json; Charset="UTF-8"' });
+    expect(utf8.status).toBe(200);
+  });
+
   it("answers 400 to a name, email or username over 1,000 characters and a description over 10,000 (only the body's size bounded them: a 900 KB name went into every page)", async () => {
     for (const [path, body, message] of [
       ["/api/v1/users", { displayName: "n".repeat(1_001) }, "displayName is longer than 1000 characters"],

@@ -119,6 +119,20 @@ describe("inbound webhooks: HMAC listeners", () => {
     expect(textPlain.status).toBe(400);
   });
 
+  it("answers 400 to a body declared in a charset other than UTF-8 (read as UTF-8, a Latin-1 body was 'not valid JSON'), and takes utf-8, UTF8 and us-ascii", async () => {
+    const body = '{"name":"Ren\u00e9e"}';
+    const latin1 = Buffer.from(body, "latin1");
+    const refused = await send(latin1, { ...hmacHeaders(hook, latin1), "Content-Type": "application/json; charset=ISO-8859-1" });
+    expect(refused).toEqual({
+      status: 400,
+      body: { code: "invalid_argument", message: 'the body is read as UTF-8 JSON: charset="ISO-8859-1" is not taken' },
+    });
+    for (const charset of ["utf-8", '"UTF8"', "us-ascii"]) {
+      const answer = await send(body, { ...hmacHeaders(hook, body), "Content-Type": `application/json;charset=${charset}` });
+      expect(answer.status, charset).toBe(200);
+    }
+  });
+
   it("answers 400 to a compressed body (Content-Encoding other than identity), also a plain one labelled gzip, and takes identity", async () => {
     const body = '{"gzip":"no"}';
     const gzipped = await send(gzipSync(body), { ...hmacHeaders(hook, gzipSync(body)), "Content-Encoding": "gzip" });

@@ -84,7 +84,7 @@ function webhookOperation(): Schema {
     ],
     requestBody: {
       required: true,
-      description: "Any JSON value, at most 64 KB; `Content-Type: application/json` (a charset parameter may follow).",
+      description: "Any JSON value, at most 64 KB; `Content-Type: application/json` (a charset parameter, if any, must be UTF-8).",
       content: { "application/json": { schema: {} } },
     },
     responses: {

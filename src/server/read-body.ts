@@ -42,3 +42,19 @@ export function unsupportedContentEncoding(header: string | readonly string[] | 
 
 /** The refusal's message for `unsupportedContentEncoding`'s answer. */
 export const compressedBodyMessage = (encoding: string) => `Content-Encoding ${encoding} is not supported: send the body uncompressed`;
+
+/**
+ * The `charset` a JSON `Content-Type` declares when it is not UTF-8 (or its subset US-ASCII),
+ * else undefined. JSON between systems is UTF-8 (RFC 8259 8.1) and every route reads it so: a
+ * body declared `charset=iso-8859-1` or `utf-16` would be read as something else than its sender
+ * meant, so it is refused by name, as Connect's own JSON decoding refuses it.
+ */
+export function nonUtf8Charset(contentType: string): string | undefined {
+  for (const parameter of contentType.split(";").slice(1)) {
+    const equals = parameter.indexOf("=");
+    if (equals < 0 || parameter.slice(0, equals).trim().toLowerCase() !== "charset") continue;
+    const charset = parameter.slice(equals + 1).trim().replace(/^"(.*)"$/, "$1");
+    return /^(utf-?8|us-ascii)$/i.test(charset) ? undefined : charset;
+  }
+  return undefined;
+}

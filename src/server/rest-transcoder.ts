@@ -17,7 +17,7 @@ import { noteAnsweredCode } from "./outcome-codes.js";
 import { refusalWithCode } from "./connect-refusals.js";
 import { operationName } from "./operation-name.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
-import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, readBody, unsupportedContentEncoding } from "./read-body.js";
+import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, nonUtf8Charset, readBody, unsupportedContentEncoding } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
@@ -173,6 +173,8 @@ export class RestTranscoder {
     if (contentType !== undefined && !/^application\/([a-z.+-]*\+)?json\s*(;|$)/i.test(contentType)) {
       throw new RestRequestError(`Content-Type must be application/json, not ${contentType}`, 415);
     }
+    const charset = contentType === undefined ? undefined : nonUtf8Charset(contentType);
+    if (charset !== undefined) throw new RestRequestError(`JSON bodies are read as UTF-8: charset=${charset} is not taken`, 415);
     const bytes = await readBody(req, this.options.maxBodyBytes);
     if (bytes.length === 0) return {};
     // A leading byte order mark is dropped, as Connect's decoder (TextDecoder) and the webhooks do

@@ -1,4 +1,4 @@
-import { compressedBodyMessage, unsupportedContentEncoding } from "../server/read-body.js";
+import { compressedBodyMessage, nonUtf8Charset, unsupportedContentEncoding } from "../server/read-body.js";
 import { badRequest, type Rejection } from "./rejection.js";
 
 /** Request headers by lower-case name, as node:http and node:http2 give them. */
@@ -25,6 +25,10 @@ export function requireHeaders(headers: HeaderMap): WebhookHeaders | Rejection {
   const mediaType = contentType.split(";", 1)[0]?.trim().toLowerCase();
   if (mediaType !== "application/json") {
     return badRequest("content_type_not_json", `Content-Type must be application/json, not ${JSON.stringify(contentType)}`);
+  }
+  const charset = nonUtf8Charset(contentType);
+  if (charset !== undefined) {
+    return badRequest("content_type_not_json", `the body is read as UTF-8 JSON: charset=${JSON.stringify(charset)} is not taken`);
   }
   const timestamp = single(headers["webhook-timestamp"]);
   if (timestamp === undefined) return badRequest("timestamp_missing", "Webhook-Timestamp is required");
