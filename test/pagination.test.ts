@@ -395,6 +395,38 @@ describe("a search over more users than one range", () => {
   });
 });
 
+describe("a search's query", () => {
+  const searchIds = async (body: unknown) => (await rawPage(await server.call("POST", "/api/v1/search/users", body), userIdOf)).ids;
+
+  it("is a substring of one field, in any case of any letter, NFC or NFD alike (it matched across fields, and only ASCII case)", async () => {
+    const create = async (user: object) =>
+      ((await (await server.call("POST", "/api/v1/users", user)).json()) as { user: { id: string } }).user.id;
+    const ada = await create({ displayName: "Ada Quelace", email: "ada.q@example.net", username: "adaq" });
+    const orjan = await create({ displayName: "Ørjan Ångström", email: "orjan@example.se", username: "" });
+    const ecole = await create({ displayName: "\u00c9cole Quelace".normalize("NFD"), email: "", username: "" });
+    expect(await searchIds({ query: "Quelace ada" })).toEqual([]); // name's end, email's start
+    expect(await searchIds({ query: "net adaq" })).toEqual([]); // email's end, username's start
+    expect(await searchIds({ query: "QUELACE" })).toEqual([ada, ecole]);
+    expect(await searchIds({ query: "ørjan ång" })).toEqual([orjan]);
+    expect(await searchIds({ query: "ÅNGSTRÖM" })).toEqual([orjan]);
+    expect(await searchIds({ query: "\u00e9cole" })).toEqual([ecole]); // NFC query, NFD name
+    expect(await searchIds({ query: "\u00c9cole".normalize("NFD") })).toEqual([ecole]);
+  });
+
+  it("takes a search's token for the same query in another case of any letter (which finds the same users)", async () => {
+    for (let i = 0; i < 12; i++) await server.call("POST", "/api/v1/users", { displayName: `Ærøskøbing ${i}` });
+    const first = await rawPage(await server.call("POST", "/api/v1/search/users", { query: "ærøskøbing", pageSize: 10 }), userIdOf);
+    expect(first.ids).toHaveLength(10);
+    const next = await rawPage(
+      await server.call("POST", "/api/v1/search/users", { query: "ÆRØSKØBING", pageSize: 10, pageToken: first.nextPageToken }),
+      userIdOf,
+    );
+    expect(next.status).toBe(200);
+    expect(next.ids).toHaveLength(2);
+    expect(next.nextPageToken).toBe("");
+  });
+});
+
 describe("a search by an exact email", () => {
   it("is an index lookup, whatever the case of the address, not a read of every user in ranges", async () => {
     const now = Date.now();

@@ -6,7 +6,7 @@ import { yieldToRequests } from "../event-loop.js";
 import { listingFingerprint, paginate, paginateAsync } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
 import type { Store } from "../store/store.js";
-import type { User, UserSearch } from "../store/users-repository.js";
+import { searchFolded, type User, type UserSearch } from "../store/users-repository.js";
 import { invalidArgument, limitText, notFound, requireField } from "./errors.js";
 import { userMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
@@ -91,8 +91,8 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       const search = { query: req.query, email: req.email };
       const page = await paginateAsync(
         pageTokens,
-        // The search ignores ASCII case (SQLite's lower() and NOCASE), so its token does too.
-        listingFingerprint("users_search", lowerAscii(search.query), lowerAscii(search.email)),
+        // The query is compared folded and the email in any ASCII case, so the token is too.
+        listingFingerprint("users_search", searchFolded(search.query), lowerAscii(search.email)),
         req,
         (after, limit) => searchInRanges(store, search, after, limit),
       );

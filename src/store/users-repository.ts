@@ -43,11 +43,30 @@ export const toUser = (row: UserRow): User => ({
 export const userColumns = (alias: string): string => `${alias}.*, ${rolesColumn(`${alias}.id`)}`;
 
 export interface UserSearch {
-  /** Case-insensitive substring of display name, email or username; "" matches all. */
+  /** Case-insensitive substring of display name, email or username (of one of them); "" matches all. */
   query: string;
-  /** Exact, case-insensitive email; "" matches all. */
+  /** Exact email, ASCII letters in any case; "" matches all. */
   email: string;
 }
+
+/** How a search query and the fields it is looked for in are compared: NFC, lower case. */
+export const searchFolded = (text: string): string => text.normalize("NFC").toLowerCase();
+
+/**
+ * The search's `query` condition on a user row (named parameters `query`, folded, and `unicode`):
+ * a substring of one field, not of the fields run together ("Lovelace ada" matched Ada Lovelace,
+ * ada@example.com). SQLite's `lower` folds ASCII letters only, and fast; a query with any other
+ * character is also compared through `searchFolded` (`contains_folded`, twice the cost a row), so
+ * "ørjan" finds "Ørjan" and an NFD "école" an NFC one.
+ */
+const queryMatches = `(:query = ''
+  OR instr(lower(display_name), :query) > 0 OR instr(lower(email), :query) > 0 OR instr(lower(username), :query) > 0
+  OR (:unicode = 1 AND (contains_folded(display_name, :query) OR contains_folded(email, :query) OR contains_folded(username, :query))))`;
+
+const searchParameters = (search: UserSearch) => {
+  const query = searchFolded(search.query);
+  return { query, email: search.email, unicode: /^[\x00-\x7f]*$/.test(query) ? 0 : 1 };
+};
 
 export class UsersRepository {
   private readonly insertStmt;
@@ -63,6 +82,9 @@ export class UsersRepository {
   /** `principals`: the clients' principals, cleared when roles change (see ClientsRepository). */
   constructor(db: Database, principals: ReadCache<string, ClientPrincipal>) {
     this.roles = new UserRolesRepository(db, principals);
+    db.function("contains_folded", { deterministic: true }, (text: unknown, query: unknown) =>
+      searchFolded(text as string).includes(query as string) ? 1 : 0,
+    );
     this.insertStmt = db.prepare<[string, string, string, string, number, number]>(
       "INSERT INTO users (id, display_name, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
     );
@@ -70,19 +92,19 @@ export class UsersRepository {
     this.existsStmt = db.prepare<[string], { one: number }>("SELECT 1 AS one FROM users WHERE id = ?");
     // "" sorts before every UUID, so one statement serves the first page and the next ones.
     this.pageStmt = db.prepare<[string, number], UserRow>(`SELECT ${userColumns("users")} FROM users WHERE id > ? ORDER BY id LIMIT ?`);
-    this.searchStmt = db.prepare<{ after: string; through: string; query: string; email: string; limit: number }, UserRow>(
+    this.searchStmt = db.prepare<{ after: string; through: string; query: string; email: string; unicode: number; limit: number }, UserRow>(
       `SELECT ${userColumns("users")} FROM users
        WHERE id > :after AND (:through = '' OR id <= :through)
          AND (:email = '' OR email = :email COLLATE NOCASE)
-         AND (:query = '' OR instr(lower(display_name || ' ' || email || ' ' || username), lower(:query)) > 0)
+         AND ${queryMatches}
        ORDER BY id LIMIT :limit`,
     );
     this.idAfterStmt = db.prepare<[string, number], string>("SELECT id FROM users WHERE id > ? ORDER BY id LIMIT 1 OFFSET ?").pluck();
     // The users with one email address (a handful), found through the case-insensitive index.
-    this.searchByEmailStmt = db.prepare<{ after: string; query: string; email: string; limit: number }, UserRow>(
+    this.searchByEmailStmt = db.prepare<{ after: string; query: string; email: string; unicode: number; limit: number }, UserRow>(
       `SELECT ${userColumns("users")} FROM users INDEXED BY users_by_email_nocase
        WHERE email = :email COLLATE NOCASE AND id > :after
-         AND (:query = '' OR instr(lower(display_name || ' ' || email || ' ' || username), lower(:query)) > 0)
+         AND ${queryMatches}
        ORDER BY id LIMIT :limit`,
     );
     this.updateStmt = db.prepare<[string, string, string, number, string]>(
@@ -115,12 +137,12 @@ export class UsersRepository {
    * callers search a range at a time: see `idAfter`.
    */
   searchBetween(search: UserSearch, after: string | undefined, through: string | undefined, limit: number): User[] {
-    return this.searchStmt.all({ after: after ?? "", through: through ?? "", query: search.query, email: search.email, limit }).map(toUser);
+    return this.searchStmt.all({ after: after ?? "", through: through ?? "", ...searchParameters(search), limit }).map(toUser);
   }
 
   /** searchBetween over every user, for a search with an `email`: through the email index, no range needed. */
   searchByEmail(search: UserSearch, after: string | undefined, limit: number): User[] {
-    return this.searchByEmailStmt.all({ after: after ?? "", query: search.query, email: search.email, limit }).map(toUser);
+    return this.searchByEmailStmt.all({ after: after ?? "", ...searchParameters(search), limit }).map(toUser);
   }
 
   /** The id `count` users after `after` (the end of a range of `count` rows), or undefined when fewer are left. */
