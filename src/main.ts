@@ -10,6 +10,7 @@ import {
   FailureLimiter,
   RequiredRoles,
   tokenEndpoint,
+  verifyBearer,
 } from "./auth/index.js";
 import { systemClock, type Clock } from "./clock.js";
 import { ConfigError, type Config } from "./config.js";
@@ -172,6 +173,9 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     }
   }
   const requiredRoles = new RequiredRoles();
+  // Every API call's token is checked before its body is read, so no body is decoded for a caller
+  // without one (authorization-interceptor.ts).
+  const checkBearer = (authorization: string | null) => verifyBearer(authorization, tokens);
   const connect = new ConnectHandlers({
     // Logging outermost, so refused calls (401/403) are logged too; a failing store is UNAVAILABLE
     // (503) in the log, the metrics and the answer, also when the principal's read fails;
@@ -183,6 +187,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       authorizationInterceptor({ tokens, principalOf: (id) => store.clients.principalOf(id), requiredRoles }),
     ],
     maxBodyBytes: config.apiMaxBodyBytes,
+    checkBearer,
     log,
     routes: (router) => registerApiServices(router, { store, clock, pageTokens, automations }, webhooks.secrets),
   });
@@ -191,7 +196,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   if (requiredRoles.undeclared.length > 0) {
     log.warn({ operations: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
   }
-  const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes });
+  const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes, checkBearer });
   const apiServices = [...new Set(connect.handlers.map((h) => h.service))];
   // Health and reflection answer without a token (probes, grpcurl): their own router, no authorization.
   const publicConnect = new ConnectHandlers({

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import * as grpc from "@grpc/grpc-js";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -126,6 +127,38 @@ describe("every RPC requires a valid bearer token", () => {
     });
     expect(bad.status).toBe(401);
     expect(bad.headers.get("www-authenticate")).toBe('Bearer error="invalid_token"');
+  });
+
+  it("refuses a call without a valid token before it decodes the body (a 1 MiB body of small values cost the thread 85-270 ms): a body that is a 400 with a token is a 401 without, on REST, Connect (JSON, gzip, proto) and gRPC (grpc-js)", async () => {
+    const post = (path: string, headers: Record<string, string>, body: string | Buffer) =>
+      fetch(`${server.url}${path}`, { method: "POST", headers, body });
+    const missing = { code: "unauthenticated", message: "missing bearer token: send Authorization: Bearer <access token> (POST /auth/v1/token)" };
+    const json = { "content-type": "application/json" };
+    for (const [what, path, headers, body] of [
+      ["REST, an unknown field", "/api/v1/users", json, '{"bogus":1}'],
+      ["REST, not JSON", "/api/v1/automations/x/execute", json, "{"],
+      ["Connect JSON, not JSON", "/svc.api.user.v1.Users/Create", json, '{"bogus":'],
+      ["Connect, gzip that is not", "/svc.api.user.v1.Users/Create", { ...json, "content-encoding": "gzip" }, "not gzip"],
+      ["Connect proto, not protobuf", "/svc.api.user.v1.Users/Create", { "content-type": "application/proto" }, Buffer.from([0xff, 0xff, 0xff])],
+    ] as const) {
+      const anonymous = await post(path, headers, body);
+      expect({ what, status: anonymous.status, body: await anonymous.json() }).toEqual({ what, status: 401, body: missing });
+      const withToken = await post(path, { ...headers, ...server.headers }, body);
+      expect({ what, status: withToken.status }).toEqual({ what, status: 400 });
+    }
+    const client = new grpc.Client(`${server.address.address}:${server.address.port}`, grpc.credentials.createInsecure());
+    try {
+      const call = (metadata: grpc.Metadata) =>
+        new Promise<grpc.ServiceError | null>((resolve) => {
+          client.makeUnaryRequest("/svc.api.user.v1.Users/Create", (b: Buffer) => b, (b: Buffer) => b, Buffer.from([0xff, 0xff, 0xff]), metadata, {}, (err) => resolve(err));
+        });
+      expect((await call(new grpc.Metadata()))?.code).toBe(grpc.status.UNAUTHENTICATED);
+      const authorized = new grpc.Metadata();
+      authorized.set("authorization", server.headers.authorization ?? "");
+      expect((await call(authorized))?.code).toBe(grpc.status.INTERNAL); // connect-es's code for a message that does not parse
+    } finally {
+      client.close();
+    }
   });
 
   it("answers 401 to two Authorization headers, a valid one first or last, over REST and Connect (Node kept the first: a valid token then any other was served)", async () => {

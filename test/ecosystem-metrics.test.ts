@@ -13,7 +13,7 @@ import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
 import { requestFactsKey } from "../src/server/request-context.js";
 import { busyFor } from "./support/busy-thread.js";
-import { startLoggedAccessd, startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
+import { bootstrapAuthorization, startLoggedAccessd, startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
 let server: TestServer;
@@ -78,8 +78,10 @@ describe("/metrics", () => {
   it("counts and logs API requests answered before their handler: REST and Connect bodies refused, unknown paths and methods", async () => {
     const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
     try {
+      // With a token: a call without one is refused before its body is read (401).
+      const authorization = await bootstrapAuthorization(own.url);
       const post = (path: string, body: string, contentType = "application/json") =>
-        fetch(`${own.url}${path}`, { method: "POST", headers: { "content-type": contentType, "x-request-id": `refused-${path.length}-${body.length}` }, body });
+        fetch(`${own.url}${path}`, { method: "POST", headers: { ...authorization, "content-type": contentType, "x-request-id": `refused-${path.length}-${body.length}` }, body });
       expect((await post("/api/v1/apps", "{not json")).status).toBe(400);
       expect((await post("/api/v1/apps", "x", "text/plain")).status).toBe(415);
       expect((await fetch(`${own.url}/api/v1/no-such-thing`)).status).toBe(404);
@@ -87,11 +89,11 @@ describe("/metrics", () => {
       expect((await post("/svc.api.app.v1.Apps/Create", "{not json")).status).toBe(400);
       // Refused by connect-es's decoder under REST (an unknown field, an enum name that is none).
       expect((await post("/api/v1/apps", '{"nme":"x"}')).status).toBe(400);
-      expect((await fetch(`${own.url}/api/v1/automation_executions?state=BOGUS`)).status).toBe(400);
+      expect((await fetch(`${own.url}/api/v1/automation_executions?state=BOGUS`, { headers: authorization })).status).toBe(400);
       // A gRPC-Web body that is no protobuf: its status is in a trailer frame under HTTP 200.
       const garbled = await fetch(`${own.url}/svc.api.app.v1.Apps/Create`, {
         method: "POST",
-        headers: { "content-type": "application/grpc-web+proto" },
+        headers: { ...authorization, "content-type": "application/grpc-web+proto" },
         body: new Uint8Array([0, 0, 0, 0, 3, 0xff, 0xff, 0xff]),
       });
       expect(garbled.status).toBe(200);
@@ -103,7 +105,7 @@ describe("/metrics", () => {
       frame.writeUInt32BE(Buffer.byteLength(longUnknownField), 1);
       const gzippedTrailer = await fetch(`${own.url}/svc.api.app.v1.Apps/Create`, {
         method: "POST",
-        headers: { "content-type": "application/grpc-web+json", "grpc-accept-encoding": "gzip" },
+        headers: { ...authorization, "content-type": "application/grpc-web+json", "grpc-accept-encoding": "gzip" },
         body: frame,
       });
       const trailerFrame = Buffer.from(await gzippedTrailer.arrayBuffer());
@@ -152,7 +154,13 @@ describe("/metrics", () => {
     const client = http2Connect(own.url);
     client.on("error", () => {});
     try {
-      const stream = client.request({ ":method": "POST", ":path": "/api/v1/apps", "content-type": "application/json", "x-request-id": "timed-refusal" });
+      const stream = client.request({
+        ":method": "POST",
+        ":path": "/api/v1/apps",
+        "content-type": "application/json",
+        "x-request-id": "timed-refusal",
+        ...(await bootstrapAuthorization(own.url)),
+      });
       stream.on("error", () => {});
       stream.resume();
       stream.write(Buffer.alloc(1_200_000, 0x20)); // past the 1 MiB limit: 413 at once

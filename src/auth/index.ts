@@ -1,5 +1,5 @@
 export { AccessTokens, InvalidAccessTokenError, type IssuedToken } from "./access-tokens.js";
-export { authorizationInterceptor, confirmCaller } from "./authorization-interceptor.js";
+export { authorizationInterceptor, confirmCaller, verifyBearer } from "./authorization-interceptor.js";
 export { createSuperAdminClient, ensureBootstrapClient, type ClientCredentials } from "./bootstrap.js";
 export { hashSecret, newClientSecret, verifySecret } from "./client-secret.js";
 export { publicKeyToRegister, UnsupportedKeyError } from "./client-public-key.js";

@@ -1,4 +1,4 @@
-import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
+import type { UniversalHandler, UniversalServerRequest, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import {
   compressionBrotli,
@@ -6,9 +6,11 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
+import type { VerifiedToken } from "../auth/access-tokens.js";
 import type { Logger } from "../logger.js";
 import { asApiRefusal, refusalWithCode } from "./connect-refusals.js";
 import { writeJsonError } from "./json-error.js";
+import { discardBody } from "./read-body.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { noteAnsweredCode } from "./outcome-codes.js";
 import { grpcMessageHeader } from "./protocol-error.js";
@@ -20,6 +22,12 @@ export interface ConnectHandlersOptions {
   maxBodyBytes: number;
   routes: (router: ConnectRouter) => void;
   log: Logger;
+  /**
+   * Checks the request's bearer token before its body is read (`verifyBearer`), for routers whose
+   * calls all need one: a call refused so is handed to connect-es with an empty request message,
+   * its body thrown away undecoded (`RequestFacts.bearer`).
+   */
+  checkBearer?: (authorization: string | null) => Promise<VerifiedToken | ConnectError>;
 }
 
 /**
@@ -57,12 +65,16 @@ export class ConnectHandlers {
       writeJsonError(res, Code.NotFound, `no procedure ${path}`);
       return;
     }
-    const uReq = universalRequestFromNodeRequest(
+    let uReq = universalRequestFromNodeRequest(
       req,
       res,
       undefined,
       createContextValues().set(requestFactsKey, facts),
     );
+    if (this.options.checkBearer !== undefined) {
+      facts.bearer = await this.options.checkBearer(uReq.header.get("authorization"));
+      if (facts.bearer instanceof ConnectError) uReq = await withEmptyMessage(uReq, req, this.options.maxBodyBytes);
+    }
     try {
       let uRes = await asApiRefusal(await handler(uReq), path);
       // Answered already: the request deadline cut the body with 408 while connect-es read it.
@@ -117,4 +129,33 @@ function respellGrpcMessage(headers: Headers | undefined): void {
     return; // not connect-es's encoding: leave it as it is
   }
   headers?.set("grpc-message", grpcMessageHeader(text));
+}
+
+/**
+ * `uReq` with an empty request message in place of the body its client sent, which is read and
+ * thrown away first (`discardBody`), and without the body's `Content-Encoding` and
+ * `Content-Length` (the empty message is not compressed; a gRPC envelope says so itself). The call then runs through the interceptors as any
+ * other, which refuse it (`RequestFacts.bearer`), count and log it, in its protocol's answer.
+ */
+async function withEmptyMessage(uReq: UniversalServerRequest, req: NodeRequest, limit: number): Promise<UniversalServerRequest> {
+  await discardBody(req, limit);
+  const contentType = uReq.header.get("content-type") ?? "";
+  const payload = /json/i.test(contentType) ? new TextEncoder().encode("{}") : new Uint8Array(0);
+  let body = payload;
+  if (/^application\/(grpc|connect\+)/i.test(contentType)) {
+    // One enveloped message: flags 0 (not compressed), its length, the message.
+    body = new Uint8Array(5 + payload.length);
+    new DataView(body.buffer).setUint32(1, payload.length);
+    body.set(payload, 5);
+  }
+  const header = new Headers(uReq.header);
+  header.delete("content-encoding");
+  header.delete("content-length"); // connect-es holds a body to the length it was sent with
+  return {
+    ...uReq,
+    header,
+    body: (async function* () {
+      yield body;
+    })(),
+  };
 }

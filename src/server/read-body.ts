@@ -27,6 +27,20 @@ export async function readBody(req: NodeRequest, limit: number): Promise<Buffer>
   return chunks.length === 1 && chunks[0] !== undefined ? chunks[0] : Buffer.concat(chunks, size);
 }
 
+/**
+ * Reads the request body and throws it away, at most `limit` bytes (what is left the request
+ * deadline's discard takes once the answer is out): for a request refused before its body is
+ * decoded, whose client is still sending it. Over HTTP/2 an answer given while the body is still
+ * coming can reach a gRPC client as a reset stream, not as the answer.
+ */
+export async function discardBody(req: NodeRequest, limit: number): Promise<void> {
+  let size = 0;
+  for await (const chunk of req.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) return;
+  }
+}
+
 /** What a 415 for a compressed body adds (RFC 9110 15.5.16: the codings that are accepted). */
 export const identityOnlyHeaders: Readonly<Record<string, string>> = { "accept-encoding": "identity" };
 

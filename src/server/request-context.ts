@@ -1,4 +1,5 @@
-import { createContextKey } from "@connectrpc/connect";
+import { createContextKey, type ConnectError } from "@connectrpc/connect";
+import type { VerifiedToken } from "../auth/access-tokens.js";
 import type { NodeResponse } from "./node-http.js";
 
 export type WireProtocol = "rest" | "connect" | "grpc" | "grpc-web";
@@ -23,6 +24,12 @@ export interface RequestFacts {
   observed?: boolean;
   /** The caller's client id, once the authorization interceptor has verified its token (for the log). */
   clientId?: string;
+  /**
+   * The API request's bearer token as checked before its body was read (`verifyBearer`): the
+   * verified token, or the error refusing it (the body is then not decoded, and the authorization
+   * interceptor throws the error). Unset where no route checked it (the interceptor checks then).
+   */
+  bearer?: VerifiedToken | ConnectError;
   /**
    * Set by the request deadline when it cut the request (its body late): the call's outcome is
    * then `deadline_exceeded`, what its client was answered, whatever its signal says (`canceled`).

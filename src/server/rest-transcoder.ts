@@ -8,8 +8,9 @@ import {
   type JsonObject,
   type JsonValue,
 } from "@bufbuild/protobuf";
-import { Code, createContextValues } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues } from "@connectrpc/connect";
 import { universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import type { VerifiedToken } from "../auth/access-tokens.js";
 import { httpBindingsOfMethod } from "./http-bindings.js";
 import { refuseMethod, writeJsonError } from "./json-error.js";
 import type { NodeRequest, NodeResponse } from "./node-http.js";
@@ -17,7 +18,7 @@ import { noteAnsweredCode } from "./outcome-codes.js";
 import { refusalWithCode } from "./connect-refusals.js";
 import { operationName } from "./operation-name.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
-import { BodyTooLargeError, compressedBodyMessage, identityOnlyHeaders, nonUtf8Charset, readBody, unsupportedContentEncoding } from "./read-body.js";
+import { BodyTooLargeError, compressedBodyMessage, discardBody, identityOnlyHeaders, nonUtf8Charset, readBody, unsupportedContentEncoding } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
@@ -40,6 +41,8 @@ interface RestRoute {
 export interface RestTranscoderOptions {
   /** Largest request body accepted. */
   maxBodyBytes: number;
+  /** As ConnectHandlersOptions' `checkBearer`: a call refused so is not parsed (its body thrown away). */
+  checkBearer?: (authorization: string | null) => Promise<VerifiedToken | ConnectError>;
 }
 
 /**
@@ -88,9 +91,11 @@ export class RestTranscoder {
     const { route, bindings } = found.match;
 
     facts.operation = route.operation;
-    let message: JsonObject;
+    if (this.options.checkBearer !== undefined) facts.bearer = await this.options.checkBearer(req.headers.authorization ?? null);
+    let message: JsonObject = {};
     try {
-      message = await this.assembleMessage(req, route, bindings, queryStart === -1 ? undefined : url.slice(queryStart + 1));
+      if (facts.bearer instanceof ConnectError) await discardBody(req, this.options.maxBodyBytes); // refused by the interceptor
+      else message = await this.assembleMessage(req, route, bindings, queryStart === -1 ? undefined : url.slice(queryStart + 1));
     } catch (e) {
       if (e instanceof BodyTooLargeError) {
         writeJsonError(res, Code.ResourceExhausted, e.message, 413);

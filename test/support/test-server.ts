@@ -52,18 +52,7 @@ export async function startTestServer(overrides: Partial<Config> = {}, options: 
   const accessd = await startAccessd(config, createLogger(config.logLevel), startOptions);
   const headers: Record<string, string> = {};
 
-  const fetchToken = async (clientId: string, clientSecret: string): Promise<string> => {
-    const res = await fetch(`${accessd.url}/auth/v1/token`, {
-      method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret }),
-    });
-    const body = (await res.json()) as { access_token?: string };
-    if (res.status !== 200 || body.access_token === undefined) {
-      throw new Error(`token request for ${clientId} failed: ${res.status} ${JSON.stringify(body)}`);
-    }
-    return body.access_token;
-  };
+  const fetchToken = (clientId: string, clientSecret: string): Promise<string> => fetchTokenAt(accessd.url, clientId, clientSecret);
 
   const tokenFor = async (...roles: Role[]): Promise<string> => {
     const { store } = accessd;
@@ -101,6 +90,25 @@ export async function startTestServer(overrides: Partial<Config> = {}, options: 
       });
     },
   });
+}
+
+/** A token from `url`'s POST /auth/v1/token for these client credentials (client_secret_post). */
+async function fetchTokenAt(url: string, clientId: string, clientSecret: string): Promise<string> {
+  const res = await fetch(`${url}/auth/v1/token`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ grant_type: "client_credentials", client_id: clientId, client_secret: clientSecret }),
+  });
+  const body = (await res.json()) as { access_token?: string };
+  if (res.status !== 200 || body.access_token === undefined) {
+    throw new Error(`token request for ${clientId} failed: ${res.status} ${JSON.stringify(body)}`);
+  }
+  return body.access_token;
+}
+
+/** `{ authorization: "Bearer <token>" }` of the bootstrapped Super Admin client of the accessd at `url`. */
+export async function bootstrapAuthorization(url: string): Promise<{ authorization: string }> {
+  return { authorization: `Bearer ${await fetchTokenAt(url, testBootstrapClient.clientId, testBootstrapClient.clientSecret)}` };
 }
 
 /** An accessd (in-memory, bootstrapped) whose log lines the test reads. */
