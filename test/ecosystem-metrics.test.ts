@@ -182,36 +182,44 @@ describe("/metrics", () => {
     expect(line?.durationMs).toBeLessThan(500); // the stream lasted 800 ms more
   });
 
-  it("logs at info, not as an error, a reflection or Watch message that does not decode (no token needed), and answers it invalid_argument over Connect", async () => {
+  it("logs at info, not as an error, a reflection or Watch message that does not decode or says it is compressed without an encoding (no token needed), and answers it invalid_argument over Connect", async () => {
     const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
-    const undecodable = Buffer.from([0, 0, 0, 0, 3, 0x0a, 0x05, 0x41]); // a string field 5 bytes long, 1 sent
+    const messages = {
+      truncated: Buffer.from([0, 0, 0, 0, 3, 0x0a, 0x05, 0x41]), // a string field 5 bytes long, 1 sent
+      "compressed-unnamed": Buffer.from([1, 0, 0, 0, 2, 0x08, 0x01]), // flag 1, and no grpc-encoding named
+    };
+    const paths = ["/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.health.v1.Health/Watch"];
     const client = http2Connect(own.url);
     client.on("error", () => {});
     try {
-      const grpcTrailers = [];
-      for (const path of ["/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.health.v1.Health/Watch"]) {
-        const stream = client.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", "x-request-id": `grpc-${path.length}` });
-        stream.on("error", () => {});
-        stream.resume();
-        stream.end(undecodable);
-        grpcTrailers.push((await once(stream, "trailers"))[0] as Record<string, string>);
-      }
-      // gRPC answers it INTERNAL, as grpc-go does.
-      expect(grpcTrailers.map((t) => t["grpc-status"])).toEqual([String(Code.Internal), String(Code.Internal)]);
-      // Connect (bidi reflection needs HTTP/2; Watch is served over HTTP/1.1 too): the end-stream frame, first and only.
-      const connectStreamEnd = async (path: string): Promise<unknown> => {
-        const stream = client.request({ ":method": "POST", ":path": path, "content-type": "application/connect+proto", "x-request-id": `connect-${path.length}` });
-        stream.on("error", () => {});
-        const chunks: Buffer[] = [];
-        stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-        stream.end(undecodable);
-        await once(stream, "end");
-        const body = Buffer.concat(chunks);
-        expect(body[0]).toBe(0x02);
-        return JSON.parse(body.subarray(5).toString("utf8"));
-      };
-      for (const path of ["/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.health.v1.Health/Watch"]) {
-        expect(await connectStreamEnd(path)).toEqual({ error: { code: "invalid_argument", message: expect.stringMatching(/^parse binary: /) } });
+      for (const [name, message] of Object.entries(messages)) {
+        const grpcTrailers = [];
+        for (const path of paths) {
+          const stream = client.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", "x-request-id": `grpc-${name}-${path.length}` });
+          stream.on("error", () => {});
+          stream.resume();
+          stream.end(message);
+          grpcTrailers.push((await once(stream, "trailers"))[0] as Record<string, string>);
+        }
+        // gRPC answers it INTERNAL, as grpc-go does.
+        expect(grpcTrailers.map((t) => t["grpc-status"])).toEqual([String(Code.Internal), String(Code.Internal)]);
+        // Connect (bidi reflection needs HTTP/2; Watch is served over HTTP/1.1 too): the end-stream frame, first and only.
+        const connectStreamEnd = async (path: string): Promise<unknown> => {
+          const stream = client.request({ ":method": "POST", ":path": path, "content-type": "application/connect+proto", "x-request-id": `connect-${name}-${path.length}` });
+          stream.on("error", () => {});
+          const chunks: Buffer[] = [];
+          stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+          stream.end(message);
+          await once(stream, "end");
+          const body = Buffer.concat(chunks);
+          expect(body[0]).toBe(0x02);
+          return JSON.parse(body.subarray(5).toString("utf8"));
+        };
+        for (const path of paths) {
+          expect(await connectStreamEnd(path)).toEqual({
+            error: { code: "invalid_argument", message: expect.stringMatching(/^(parse binary: |received compressed envelope)/) },
+          });
+        }
       }
     } finally {
       client.close();
@@ -220,12 +228,9 @@ describe("/metrics", () => {
     const lines = logLines();
     expect(lines.filter((l) => (l.level as number) >= 50)).toEqual([]);
     const rpcLines = lines.filter((l) => l.msg === "rpc" && typeof l.requestId === "string" && /^(grpc|connect)-/.test(l.requestId));
-    expect(rpcLines.map((l) => [l.protocol, l.code, l.level, "err" in l])).toEqual([
-      ["grpc", "internal", 30, false],
-      ["grpc", "internal", 30, false],
-      ["connect", "invalid_argument", 30, false],
-      ["connect", "invalid_argument", 30, false],
-    ]);
+    const grpc = ["grpc", "internal", 30, false];
+    const connect = ["connect", "invalid_argument", 30, false];
+    expect(rpcLines.map((l) => [l.protocol, l.code, l.level, "err" in l])).toEqual([grpc, grpc, connect, connect, grpc, grpc, connect, connect]);
   });
 
   it("counts a stream ended by its deadline as deadline_exceeded, not canceled", async () => {

@@ -6,9 +6,10 @@ import { requestFactsKey } from "./request-context.js";
 
 /**
  * connect-es's messages, with code `internal`, for a request body that is not valid protobuf
- * binary or does not decompress: the client's mistake, not the server's.
+ * binary, does not decompress, or has a message flagged compressed with no encoding named: the
+ * client's mistake, not the server's (the last filled the error log for anyone without a token).
  */
-const malformedRequestBody = /^(parse binary: |decompression failed)/;
+const malformedRequestBody = /^(parse binary: |decompression failed|received compressed envelope, but do not know how to decompress)/;
 
 /**
  * True for connect-es's `internal` error of a request message that does not decode (see
