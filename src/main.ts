@@ -19,6 +19,7 @@ import { PageTokenCodec } from "./pagination/index.js";
 import { Metrics } from "./observability/metrics.js";
 import { metricsInterceptor } from "./observability/metrics-interceptor.js";
 import { metricsRoute } from "./observability/metrics-route.js";
+import { passedDeadlineInterceptor } from "./server/deadline-interceptor.js";
 import { reusedWhenSlow } from "./observability/reused-when-slow.js";
 import { buildOpenApi, openApiRoute } from "./openapi/index.js";
 import { ConnectHandlers } from "./server/connect-handlers.js";
@@ -185,6 +186,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       metricsInterceptor(metrics),
       storeUnavailableInterceptor(),
       authorizationInterceptor({ tokens, principalOf: (id) => store.clients.principalOf(id), requiredRoles }),
+      passedDeadlineInterceptor(),
     ],
     maxBodyBytes: config.apiMaxBodyBytes,
     checkBearer,
@@ -200,7 +202,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   const apiServices = [...new Set(connect.handlers.map((h) => h.service))];
   // Health and reflection answer without a token (probes, grpcurl): their own router, no authorization.
   const publicConnect = new ConnectHandlers({
-    interceptors: [loggingInterceptor(log), metricsInterceptor(metrics), malformedStreamMessageInterceptor()],
+    interceptors: [loggingInterceptor(log), metricsInterceptor(metrics), malformedStreamMessageInterceptor(), passedDeadlineInterceptor()],
     maxBodyBytes: config.apiMaxBodyBytes,
     log,
     routes: (router) =>

@@ -233,20 +233,37 @@ describe("/metrics", () => {
     expect(rpcLines.map((l) => [l.protocol, l.code, l.level, "err" in l])).toEqual([grpc, grpc, connect, connect, grpc, grpc, connect, connect]);
   });
 
-  it("counts a stream ended by its deadline as deadline_exceeded, not canceled", async () => {
+  it("ends a Watch at its deadline with DEADLINE_EXCEEDED (gRPC trailers, Connect end-stream) and counts it so, not canceled (it ended OK)", async () => {
     const before = await scrape();
     const client = http2Connect(server.url);
+    let trailers: Record<string, string> = {};
     try {
       const stream = client.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers", "grpc-timeout": "300m" });
       stream.on("error", () => {});
+      stream.on("trailers", (t: Record<string, string>) => (trailers = t));
       stream.resume();
       stream.end(Buffer.from([0, 0, 0, 0, 0]));
       await once(stream, "close");
     } finally {
       client.close();
     }
-    const watch = { protocol: "grpc", operation: "grpc.health.v1.Health.Watch", code: "deadline_exceeded" };
-    await expect.poll(async () => sample(await scrape(), "accessd_requests_total", watch) - sample(before, "accessd_requests_total", watch)).toBe(1);
+    expect(trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+    // Connect over HTTP/1.1: the SERVING message, then the end-stream frame with the error.
+    const res = await fetch(`${server.url}/grpc.health.v1.Health/Watch`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+json", "connect-timeout-ms": "300" },
+      body: Buffer.concat([Buffer.from([0, 0, 0, 0, 2]), Buffer.from("{}")]),
+    });
+    const body = Buffer.from(await res.arrayBuffer());
+    const firstLength = body.readUInt32BE(1);
+    expect(JSON.parse(body.subarray(5, 5 + firstLength).toString())).toEqual({ status: "SERVING" });
+    const end = body.subarray(5 + firstLength);
+    expect(end[0]).toBe(0x02);
+    expect(JSON.parse(end.subarray(5).toString())).toMatchObject({ error: { code: "deadline_exceeded" } });
+    const grpc = { protocol: "grpc", operation: "grpc.health.v1.Health.Watch", code: "deadline_exceeded" };
+    const connect = { ...grpc, protocol: "connect" };
+    await expect.poll(async () => sample(await scrape(), "accessd_requests_total", grpc) - sample(before, "accessd_requests_total", grpc)).toBe(1);
+    await expect.poll(async () => sample(await scrape(), "accessd_requests_total", connect) - sample(before, "accessd_requests_total", connect)).toBe(1);
   });
 
   it("names the caller's client id on rpc lines, the listener on webhook refusals, and its version when it starts listening", async () => {

@@ -1,4 +1,5 @@
 import { connect as http2Connect } from "node:http2";
+import { once } from "node:events";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
@@ -320,3 +321,44 @@ function varint(n: number): Buffer {
     bytes.push((rest & 0x7f) | 0x80);
   }
 }
+
+describe("a call whose deadline has passed before its handler begins", () => {
+  it("is not run: DEADLINE_EXCEEDED over Connect (connect-timeout-ms: 0) and gRPC (grpc-timeout: 0n), and no app is created (it answered 200 and created it)", async () => {
+    const name = `Past deadline ${Date.now()}`;
+    const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json", "connect-timeout-ms": "0" },
+      body: JSON.stringify({ displayName: name }),
+    });
+    expect(connect.status).toBe(504);
+    expect(await connect.json()).toMatchObject({ code: "deadline_exceeded" });
+    const client = http2Connect(server.url);
+    client.on("error", () => {});
+    let trailers: Record<string, string> = {};
+    try {
+      const stream = client.request({
+        ":method": "POST",
+        ":path": "/svc.api.app.v1.Apps/Create",
+        "content-type": "application/grpc+json",
+        te: "trailers",
+        "grpc-timeout": "0n",
+        ...server.headers,
+      });
+      stream.on("error", () => {});
+      stream.on("response", (headers: Record<string, string>) => (trailers = { ...trailers, ...headers }));
+      stream.on("trailers", (t: Record<string, string>) => (trailers = { ...trailers, ...t }));
+      stream.resume();
+      const message = Buffer.from(JSON.stringify({ displayName: name }));
+      const frame = Buffer.alloc(5);
+      frame.writeUInt32BE(message.length, 1);
+      stream.end(Buffer.concat([frame, message]));
+      await once(stream, "close");
+    } finally {
+      client.close();
+    }
+    expect(trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+    const apps = (await (await server.call("GET", "/api/v1/apps?page_size=100")).json()) as { list: { displayName: string }[] };
+    expect(apps.list.length).toBeGreaterThan(0);
+    expect(apps.list.filter((item) => item.displayName === name)).toEqual([]);
+  });
+});

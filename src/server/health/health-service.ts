@@ -63,10 +63,16 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
       try {
         const first = known.has(request.service) ? status() : Status.SERVICE_UNKNOWN;
         yield { status: first };
-        if (context.signal.aborted) return;
         // Shutdown may have begun while the first answer waited to be taken.
-        const endedBy = options.shutdown.aborted ? "shutdown" : await woken;
+        const endedBy = context.signal.aborted ? "client" : options.shutdown.aborted ? "shutdown" : await woken;
         if (endedBy === "shutdown" && first !== Status.NOT_SERVING) yield { status: Status.NOT_SERVING };
+        // A watch that reached the client's deadline (grpc-timeout, connect-timeout-ms) ends with
+        // DEADLINE_EXCEEDED, as the log and the metrics count it; it ended OK, as if the server
+        // had closed it. A client that went away takes no answer.
+        if (endedBy === "client") {
+          const reason = ConnectError.from(context.signal.reason);
+          if (reason.code === Code.DeadlineExceeded) throw reason;
+        }
       } finally {
         watchers.delete(wake);
       }
