@@ -112,6 +112,21 @@ describe("every RPC requires a valid bearer token", () => {
     }
   });
 
+  it("answers 401 to a valid token spelled another way: padded, or its signature's last character with unused bits set (both were accepted)", async () => {
+    const token = await server.tokenFor(Role.READ_ONLY);
+    expect((await connectCall(server, "svc.api.app.v1.Apps/List", bearer(token))).status).toBe(200);
+    // An EdDSA signature is 64 bytes: its 86th character carries 4 bits and 2 unused ones.
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const otherBits = `${token.slice(0, -1)}${alphabet[alphabet.indexOf(token.slice(-1)) ^ 1] ?? ""}`;
+    for (const spelling of [`${token}==`, otherBits]) {
+      const answer = await connectCall(server, "svc.api.app.v1.Apps/List", bearer(spelling));
+      expect({ status: answer.status, message: answer.body.message }).toEqual({
+        status: 401,
+        message: "token is malformed: a JWT of three base64url parts without padding, as issued",
+      });
+    }
+  });
+
   it("answers REST calls without a token with 401 and WWW-Authenticate: Bearer", async () => {
     const res = await fetch(`${server.url}/api/v1/apps`);
     expect(res.status).toBe(401);

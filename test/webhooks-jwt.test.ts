@@ -138,12 +138,18 @@ describe("inbound webhooks: JWT listeners", () => {
     expect(text.body).toEqual({ code: "unauthenticated", message: "JWT claim exp must be a number (seconds since the epoch)" });
   });
 
-  it("answers 401 to a JWT part with padding, + or / (base64url without padding only: jose read a padded signature as valid)", async () => {
+  it("answers 401 to a JWT part with padding, + or /, or a last character with unused bits set (base64url as the bytes encode only: jose read each as the valid signature)", async () => {
     const valid = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
     expect((await send(valid)).status).toBe(200);
+    const malformed = { status: 401, body: { code: "unauthenticated", message: "the JWT's parts must be base64url without padding (no +, / or =), each as its bytes encode" } };
     const again = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
-    const padded = await send({ ...again, Authorization: `${again.Authorization}==` });
-    expect(padded).toEqual({ status: 401, body: { code: "unauthenticated", message: "the JWT's parts must be base64url without padding (no +, / or =)" } });
+    expect(await send({ ...again, Authorization: `${again.Authorization}==` })).toEqual(malformed);
+    // An RS256 signature is 256 bytes: its 342nd character carries 2 bits and 4 unused ones.
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const third = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
+    const last = third.Authorization.slice(-1);
+    const otherBits = `${third.Authorization.slice(0, -1)}${alphabet[alphabet.indexOf(last) ^ 1] ?? ""}`;
+    expect(await send({ ...third, Authorization: otherBits })).toEqual(malformed);
   });
 
   it("answers 401 to a token with critical header extensions, naming the token and not the JWKS", async () => {

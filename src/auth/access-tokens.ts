@@ -10,6 +10,7 @@ import {
   type JWK,
   type JWTHeaderParameters,
 } from "jose";
+import { isCanonicalCompactJws } from "../compact-jws.js";
 import type { Clock } from "../clock.js";
 import { maxTokenTtlMs } from "../config.js";
 import type { SecretCipher } from "../store/secret-cipher.js";
@@ -208,6 +209,9 @@ export class AccessTokens {
   }
 
   private async verifySignedToken(token: string): Promise<{ token: VerifiedToken; expiresAtMs: number }> {
+    if (!isCanonicalCompactJws(token)) {
+      throw new InvalidAccessTokenError("token is malformed: a JWT of three base64url parts without padding, as issued");
+    }
     try {
       const { payload } = await jwtVerify(token, (header: JWTHeaderParameters) => this.keyFor(header), {
         algorithms: [algorithm],

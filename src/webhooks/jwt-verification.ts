@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type ProtectedHeaderParameters } from "jose";
+import { isCanonicalCompactJws } from "../compact-jws.js";
 import { JwksHttpStatusError, JwksNotJsonError, JwksTooLargeError, type JwksCache } from "./jwks-cache.js";
 import { unauthenticated, type Rejection } from "./rejection.js";
 
@@ -42,10 +43,10 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
     // Sent, but another scheme, or a token with characters no JWT has (one URL-encoded: %3D).
     return unauthenticated("authorization_malformed", "Authorization must be Bearer <JWT>, the JWT in compact form (base64url parts joined by dots)");
   }
-  if (/[+/=]/.test(token)) {
-    // RFC 7515 7.1: each part is base64url without padding. jose decodes `=`, `+` and `/` too,
-    // so a padded signature was a second spelling of a valid one.
-    return unauthenticated("jwt_malformed", "the JWT's parts must be base64url without padding (no +, / or =)");
+  if (!isCanonicalCompactJws(token)) {
+    // A padded signature, or one whose last character's unused bits are set, was a second
+    // spelling of a valid one.
+    return unauthenticated("jwt_malformed", "the JWT's parts must be base64url without padding (no +, / or =), each as its bytes encode");
   }
   let header: ProtectedHeaderParameters;
   try {
