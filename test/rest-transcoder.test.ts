@@ -347,6 +347,11 @@ describe("what is not REST's", () => {
     const appId = await createApp(server);
     const error = await jsonError(await server.call("POST", `/api/v1/apps/${appId}`, { app: { displayName: "x" }, updateMask: "createdAt" }));
     expect(error.body.message).toBe('updateMask names "createdAt" ("created_at"), which is not one of displayName, description');
+    // Capitals protobuf-es turns into no proto name at all ("_display_name", "_r_o_l_e_s"): only as written.
+    for (const path of ["DisplayName", "ROLES"]) {
+      const capitals = await jsonError(await server.call("POST", `/api/v1/apps/${appId}`, { app: { displayName: "x" }, updateMask: path }));
+      expect(capitals.body.message).toBe(`updateMask names "${path}", which is not one of displayName, description`);
+    }
   });
 });
 

@@ -18,9 +18,12 @@ export function fieldsToWrite<K extends string>(
   for (const path of mask.paths) {
     const name = names.find((n) => n === path || writable[n] === path);
     if (name === undefined) {
-      // The path as a JSON client wrote it (protobuf-es gives the proto name: createdAt -> created_at).
+      // The path as a JSON client wrote it (protobuf-es gives the proto name: createdAt -> created_at),
+      // and the proto name when there is one: capitals a JSON client wrote first or in a row read
+      // as none ("DisplayName" -> "_display_name", "ROLES" -> "_r_o_l_e_s").
       const jsonPath = path.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
-      const shown = jsonPath === path ? `"${path}"` : `"${jsonPath}" ("${path}")`;
+      const protoName = /^[a-z][a-z0-9]*(_[a-z0-9]+)*$/.test(path);
+      const shown = jsonPath === path || !protoName ? `"${jsonPath}"` : `"${jsonPath}" ("${path}")`;
       throw invalidArgument(`updateMask names ${shown}, which is not one of ${names.join(", ")}`);
     }
     chosen.add(name);
