@@ -147,8 +147,8 @@ describe("inbound webhooks: JWT listeners", () => {
     // An RS256 signature is 256 bytes: its 342nd character carries 2 bits and 4 unused ones.
     const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     const third = await jwtHeaders({}, { key: jwks.keys.rs256, kid: "rs1", alg: "RS256" });
-    const last = third.Authorization.slice(-1);
-    const otherBits = `${third.Authorization.slice(0, -1)}${alphabet[alphabet.indexOf(last) ^ 1] ?? ""}`;
+    const authorization = third.Authorization ?? "";
+    const otherBits = `${authorization.slice(0, -1)}${alphabet[alphabet.indexOf(authorization.slice(-1)) ^ 1] ?? ""}`;
     expect(await send({ ...third, Authorization: otherBits })).toEqual(malformed);
   });
 
