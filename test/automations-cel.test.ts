@@ -371,6 +371,19 @@ describe("step outputs with keys JSON treats specially", () => {
     expect(JSON.stringify(execution.steps[1]?.output)).toBe(`{"__proto__":${trigger}}`);
   });
 
+  it("refuses an Execute context with half a character (a lone surrogate escape), over REST and Connect: gRPC clients read it as U+FFFD, JSON ones escaped", async () => {
+    const automationId = await createAutomation(server, [{ name: "echo", log: { messageCel: "ctx.trigger" } }]);
+    const message = "context escapes half a character: a \\uD800-\\uDFFF escape that is not one of a pair";
+    for (const body of ['{"context":{"s":"lone\\ud800"}}', '{"context":{"k\\udfff":1}}', '{"context":["\\ud83d"]}']) {
+      const rest = await server.call("POST", `/api/v1/automations/${automationId}/execute`, body);
+      expect({ body, status: rest.status, answer: await rest.json() }).toEqual({ body, status: 400, answer: { code: "invalid_argument", message } });
+      const connect = await server.call("POST", "/svc.api.automations.v1.Automations/Execute", body.replace("{", `{"id":"${automationId}",`));
+      expect({ body, status: connect.status }).toEqual({ body, status: 400 });
+    }
+    const pair = await executeToEnd(server, automationId, JSON.parse('{"s":"\\ud83d\\ude00"}'));
+    expect(pair.steps[0]?.output).toEqual({ s: "😀" });
+  });
+
   it("fails a step whose map has two keys that are one JSON key, rather than keep one of them silently", async () => {
     const automationId = await createAutomation(server, [{ name: "clash", log: { messageCel: '{true: 1, "true": 2}' } }]);
     const execution = await executeToEnd(server, automationId, {});

@@ -51,6 +51,46 @@ describe("casts as the CEL spec and cel-go have them (cel-es 0.6.1 differs)", ()
   });
 });
 
+describe("string methods as the CEL spec and cel-go have them: code points, Go's SplitN (cel-es 0.6.1 counts UTF-16 units)", () => {
+  it("index, cut and split by code points, so a character beyond the BMP is one (cel-es cut 😀 in halves)", () => {
+    expect(valueOf('"a😀b".indexOf("b")')).toBe(2);
+    expect(valueOf('"a😀b😀c".indexOf("😀", 2)')).toBe(3);
+    expect(valueOf('"a😀b😀c".lastIndexOf("😀")')).toBe(3);
+    expect(valueOf('"a😀b😀c".lastIndexOf("😀", 2)')).toBe(1);
+    expect(valueOf('"a😀b".substring(0, size("a😀b"))')).toBe("a😀b");
+    expect(valueOf('"a😀b".substring(2)')).toBe("b");
+    expect(valueOf('"a😀b".charAt(1)')).toBe("😀");
+    expect(valueOf('"a😀b".charAt(3)')).toBe("");
+    expect(valueOf('"a😀b".split("")')).toEqual(["a", "😀", "b"]);
+    expect(valueOf('"Ørjan".substring(0, 1) + "." ')).toBe("Ø.");
+  });
+
+  it("split(sep, n) ends with the rest of the string, as Go's SplitN (cel-es dropped it)", () => {
+    expect(valueOf('"a,b,c".split(",", 2)')).toEqual(["a", "b,c"]);
+    expect(valueOf('"a,b,c".split(",", 1)')).toEqual(["a,b,c"]);
+    expect(valueOf('"a,b,c".split(",", 0)')).toEqual([]);
+    expect(valueOf('"a,b,c".split(",", -1)')).toEqual(["a", "b", "c"]);
+    expect(valueOf('"a,b,c".split(",", 5)')).toEqual(["a", "b", "c"]);
+    expect(valueOf('"a😀bc".split("", 3)')).toEqual(["a", "😀", "bc"]);
+  });
+
+  it("keeps cel-es's bounds, in code points", () => {
+    expect(errorOf('"a😀b".charAt(4)')).toBe("index 4 out of bounds [0, 3)");
+    expect(errorOf('"a😀b".substring(4)')).toBe("index 4 out of bounds [0, 3)");
+    expect(errorOf('"a😀b".substring(2, 1)')).toBe("invalid argument to function substring: start > end");
+    expect(errorOf('"a😀b".indexOf("b", 3)')).toBe("index 3 out of bounds [0, 3)");
+    expect(errorOf('"a😀b".indexOf("b", -1)')).toBe("index -1 out of bounds [0, 3)");
+  });
+});
+
+describe("outputs with half a character", () => {
+  it("fail their step: a lone surrogate in a string or a map key (no UTF-8 can carry it; gRPC clients read U+FFFD)", () => {
+    expect(() => celToJson("a\ud800")).toThrow(new OutputError("the output's string holds half a character (a lone UTF-16 surrogate), which no UTF-8 can carry"));
+    expect(() => valueOf("ctx.trigger", { ["k\udc00"]: 1 })).toThrow(new OutputError("the output's map key holds half a character (a lone UTF-16 surrogate), which no UTF-8 can carry"));
+    expect(celToJson("a\ud83d\ude00")).toBe("a😀");
+  });
+});
+
 describe("the CEL source as the spec reads it (cel-es 0.6.1's parser differs)", () => {
   it("takes a comment anywhere white space may be: at the end without a line break, several in a row (cel-es refused both)", () => {
     expect(valueOf("1 + 2 // three")).toBe(3);

@@ -182,6 +182,16 @@ describe("request bodies", () => {
     expect(((await res.json()) as JsonError).code).toBe("invalid_argument");
   });
 
+  it("answers 400 to a body that is not UTF-8 (a Latin-1 'Café' was stored as 'Caf\\uFFFD')", async () => {
+    const res = await fetch(`${server.url}/api/v1/apps`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json" },
+      body: Buffer.from('{"displayName":"Café"}', "latin1"),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({ code: "invalid_argument", message: "request body is not valid UTF-8" });
+  });
+
   it("answers 415 to a JSON body declared in a charset other than UTF-8 (a UTF-16 body was read as UTF-8), as Connect does, and takes utf-8", async () => {
     const res = await fetch(`${server.url}/api/v1/users`, {
       method: "POST",

@@ -133,6 +133,18 @@ describe("inbound webhooks: HMAC listeners", () => {
     }
   });
 
+  it("answers 400 to a body escaping half a character (a lone surrogate: stored, it read as U+FFFD over gRPC and escaped over JSON), and 200 to an escaped pair", async () => {
+    for (const body of ['{"s":"lone\\ud800"}', '{"k\\uDC00":1}', '["\\ud83d"]']) {
+      const answer = await send(body, hmacHeaders(hook, body));
+      expect({ body, answer }).toEqual({
+        body,
+        answer: { status: 400, body: { code: "invalid_argument", message: "the body escapes half a character: a \\uD800-\\uDFFF escape that is not one of a pair" } },
+      });
+    }
+    const pair = '{"s":"\\ud83d\\ude00"}';
+    expect((await send(pair, hmacHeaders(hook, pair))).status).toBe(200);
+  });
+
   it("answers 400 to a compressed body (Content-Encoding other than identity), also a plain one labelled gzip, and takes identity", async () => {
     const body = '{"gzip":"no"}';
     const gzipped = await send(gzipSync(body), { ...hmacHeaders(hook, gzipSync(body)), "Content-Encoding": "gzip" });

@@ -1,6 +1,7 @@
 import { create, fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromMs, ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { maxJsonDepth } from "../automations/json-depth.js";
+import { loneSurrogate } from "../automations/lone-surrogate.js";
 import { randomBytes } from "node:crypto";
 import {
   AutomationSchema,
@@ -162,8 +163,8 @@ export function jsonFromValue(value: Value | undefined, field: string): JsonValu
 }
 
 /**
- * Refuses a Value an execution cannot hold as it was given: one with no kind set, a number that
- * is not finite (JSON has none; stored, it would come back as null) or lists and structs nested deeper than
+ * Refuses a Value an execution cannot hold as it was given: one with no kind set, a lone
+ * surrogate in a string or key (lone-surrogate.ts), a number that is not finite (JSON has none; stored, it would come back as null) or lists and structs nested deeper than
  * maxJsonDepth (its execution could not be read by protobuf clients; a webhook body is held to
  * the same limit).
  */
@@ -178,6 +179,10 @@ function refuseUnstorable(value: Value, field: string): void {
     }
     if (kind.case === "numberValue" && !Number.isFinite(kind.value)) {
       throw invalidArgument(`${field} holds a number that is not finite (NaN, Infinity, or beyond a double's range such as 1e400)`);
+    }
+    const text = kind.case === "stringValue" ? [kind.value] : kind.case === "structValue" ? Object.keys(kind.value.fields) : [];
+    if (text.some((t) => loneSurrogate.test(t))) {
+      throw invalidArgument(`${field} escapes half a character: a \\uD800-\\uDFFF escape that is not one of a pair`);
     }
     if (kind.case !== "listValue" && kind.case !== "structValue") continue;
     if (depth + 1 > maxJsonDepth) throw invalidArgument(`${field} nests lists and structs deeper than ${maxJsonDepth} levels`);

@@ -3,6 +3,7 @@ import { celEnv, celError, celFunc, CelScalar, listType, mapType, parse, plan, u
 import { strings } from "@bufbuild/cel/ext";
 import { Expr_CallSchema as CallSchema, ExprSchema, ParsedExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
 import { conformingCasts, maxInt64, maxUint64, minInt64 } from "./conforming-casts.js";
+import { conformingStrings } from "./conforming-strings.js";
 import {
   appendToAccumulator,
   appendToAccumulatorFunction,
@@ -23,7 +24,7 @@ export type Expr = ParsedCel["expr"];
 /** The one variable expressions see: `ctx` (ctx.trigger, ctx.steps.<name>, ctx.<name>). */
 const variables = { ctx: mapType(CelScalar.STRING, CelScalar.DYN) };
 
-export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts] });
+export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts, ...conformingStrings] });
 
 /** Called (by the rewritten plan) before every comprehension iteration; its argument is the loop condition. */
 const iterationBudgetFunction = "accessd.comprehensionIteration";
@@ -43,6 +44,7 @@ const plannedEnvironment = meteredCalls(
     funcs: [
       ...withLinearReplace(strings),
       ...conformingCasts,
+      ...conformingStrings,
       celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
         countIteration();
         return condition;

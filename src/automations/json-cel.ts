@@ -2,6 +2,7 @@ import { toJson, type JsonValue } from "@bufbuild/protobuf";
 import { isReflectMessage } from "@bufbuild/protobuf/reflect";
 import { celType, isCelList, isCelMap, isCelType, isCelUint, type CelInput, type CelValue } from "@bufbuild/cel";
 import { maxJsonDepth } from "./json-depth.js";
+import { loneSurrogate } from "./lone-surrogate.js";
 
 /**
  * JSON -> CEL, the mapping of google.protobuf.Value: objects become maps with string keys,
@@ -114,8 +115,16 @@ interface Budget {
   depth: number;
 }
 
+/** A step output holding a lone UTF-16 surrogate (lone-surrogate.ts), in a string or a key. */
+export class OutputLoneSurrogateError extends OutputError {
+  constructor(where: string) {
+    super(`the output's ${where} holds half a character (a lone UTF-16 surrogate), which no UTF-8 can carry`);
+  }
+}
+
 function toJsonWithin(value: CelValue, budget: Budget): JsonValue {
   const json = convert(value, budget);
+  if (typeof json === "string" && escapedInJson.test(json) && loneSurrogate.test(json)) throw new OutputLoneSurrogateError("string");
   // Strings count as JSON writes them, everything else a few characters (a number, a bracket, a comma).
   budget.chars -= typeof json === "string" ? jsonStringChars(json) + 1 : 8;
   if (budget.chars < 0) throw new OutputTooLargeError(0);
@@ -143,6 +152,7 @@ function convert(value: CelValue, budget: Budget): JsonValue {
     for (const [key, item] of value) {
       const name = isCelUint(key) ? key.value.toString() : String(key);
       if (Object.hasOwn(object, name)) throw new OutputKeyClashError(name);
+      if (loneSurrogate.test(name)) throw new OutputLoneSurrogateError("map key");
       budget.chars -= jsonStringChars(name) + 1;
       object[name] = toJsonWithin(item, budget);
     }

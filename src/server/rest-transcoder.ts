@@ -182,9 +182,15 @@ export class RestTranscoder {
     if (charset !== undefined) throw new RestRequestError(`JSON bodies are read as UTF-8: charset=${charset} is not taken`, 415);
     const bytes = await readBody(req, this.options.maxBodyBytes);
     if (bytes.length === 0) return {};
-    // A leading byte order mark is dropped, as Connect's decoder (TextDecoder) and the webhooks do
-    // (RFC 8259 8.1 lets a parser ignore it), so a body reads the same on every protocol.
-    const text = bytes.toString("utf8").replace(/^\uFEFF/, "");
+    // A leading byte order mark is dropped (TextDecoder's default), as Connect's decoder and the
+    // webhooks do (RFC 8259 8.1 lets a parser ignore it), so a body reads the same on every protocol.
+    let text: string;
+    try {
+      text = utf8.decode(bytes);
+    } catch {
+      // Bytes that are no UTF-8 were stored as U+FFFD (a Latin-1 "Café" became "Caf\uFFFD").
+      throw new RestRequestError("request body is not valid UTF-8");
+    }
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
@@ -198,6 +204,8 @@ export class RestTranscoder {
     return parsed as JsonObject;
   }
 }
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 class RestRequestError extends Error {
   constructor(

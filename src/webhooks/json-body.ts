@@ -1,10 +1,11 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { maxJsonDepth, nestsDeeperThan } from "../automations/json-depth.js";
+import { holdsLoneSurrogate } from "../automations/lone-surrogate.js";
 import { badRequest, type Rejection } from "./rejection.js";
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
-/** Stage 7: the body is UTF-8 JSON nested at most 64 levels; any such value becomes ctx.trigger. */
+/** Stage 7: the body is UTF-8 JSON nested at most maxJsonDepth levels; any such value becomes ctx.trigger. */
 export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
   let text: string;
   try {
@@ -24,8 +25,15 @@ export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
   if (mayOverflow.test(text) && holdsNonFiniteNumber(value)) {
     return badRequest("body_number_out_of_range", "the body holds a number beyond the range of a double (about ±1.8e308)");
   }
+  // Valid UTF-8 holds no surrogate: only a \uD800-\uDFFF escape can make one, so only a body
+  // with such an escape is walked.
+  if (surrogateEscape.test(text) && holdsLoneSurrogate(value)) {
+    return badRequest("body_lone_surrogate", "the body escapes half a character: a \\uD800-\\uDFFF escape that is not one of a pair");
+  }
   return value;
 }
+
+const surrogateEscape = /\\u[dD][89a-fA-F]/;
 
 /**
  * What a number beyond a double's range needs in its text: an exponent of three digits or more,
