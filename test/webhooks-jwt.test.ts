@@ -1,4 +1,5 @@
 import { createHash, createPublicKey, createSign, generateKeyPairSync, randomUUID, type KeyObject } from "node:crypto";
+import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { exportJWK, SignJWT, UnsecuredJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -8,6 +9,7 @@ import { JwksCache } from "../src/webhooks/jwks-cache.js";
 import { jwksUnusableMessage, verifyWebhookJwt } from "../src/webhooks/jwt-verification.js";
 import { signJwtWebhook } from "../src/webhooks/index.js";
 import { rawRequest } from "./support/raw-http.js";
+import { scratch } from "./support/scratch.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 import {
   createWebhookAutomation,
@@ -24,6 +26,8 @@ import {
 const body = '{"user":"u-7"}';
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
+
+const files = scratch("accessd-jwks-");
 describe("inbound webhooks: JWT listeners", () => {
   let server: TestServer;
   let jwks: JwksServer;
@@ -281,6 +285,8 @@ describe("inbound webhooks: a JWKS that fails", () => {
           return res.writeHead(200, { "content-type": "application/json" }).end('{"keys":"none"}');
         case "/rsa1024":
           return res.writeHead(200, { "content-type": "application/json" }).end(weakDocument);
+        case "/bad-ed25519": // an Ed25519 key whose x is no key: WebCrypto refuses to import it (DataError)
+          return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ keys: [{ ...jwk, x: "AAAA" }] }));
         case "/recovering":
           if (!recovered) return res.writeHead(503).end();
           return res.writeHead(200, { "content-type": "application/json" }).end(document);
@@ -337,12 +343,52 @@ describe("inbound webhooks: a JWKS that fails", () => {
     expect(await deliveryReasons(hook.id)).toEqual(["jwks_invalid"]);
   });
 
+  it("names a JWKS whose key cannot be imported jwks_invalid, not jwks_unreachable (it answered), and logs why once", async () => {
+    const hook = await createWebhookAutomation(server, { authMethod: "JWT", jwksUrl: `${keys.url}/bad-ed25519` });
+    for (let i = 0; i < 2; i++) {
+      const { body, headers } = await signedFor(hook.endpointUrl);
+      expect(await postWebhook(hook.postUrl, { ...headers }, body)).toEqual({ status: 401, body: { code: "unauthenticated", message: jwksUnusableMessage } });
+    }
+    expect(await deliveryReasons(hook.id)).toEqual(["jwks_invalid", "jwks_invalid"]);
+    let logged = "";
+    const sink = new PassThrough();
+    sink.on("data", (c: Buffer) => (logged += c.toString()));
+    const cache = new JwksCache({ allowHttp: true }, { log: createLogger("warn", sink) });
+    for (let i = 0; i < 3; i++) {
+      const { body, headers } = await signedFor(hook.endpointUrl);
+      const input = { authorization: headers.Authorization, jwksUrl: `${keys.url}/bad-ed25519`, baseUrl: server.config.baseUrl, endpointUrl: hook.endpointUrl };
+      expect(await verifyWebhookJwt(cache, { ...input, eventId: headers["Webhook-Event-Id"], body, nowMs: Date.now() })).toMatchObject({ reason: "jwks_invalid" });
+    }
+    const lines = logged.trim().split("\n").map((line) => JSON.parse(line) as { msg: string; jwksUrl: string; err: { message: string } });
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ msg: "JWKS key cannot be imported: the webhooks it should verify are refused (jwks_invalid)", jwksUrl: `${keys.url}/bad-ed25519` });
+  });
+
+  it("stops fetching an http JWKS once ACCESSD_JWKS_ALLOW_HTTP is off: jwks_http_not_allowed (a listener saved while it was on went on being fetched in clear)", async () => {
+    const folder = files.tempDir();
+    const database = join(folder, "a.db");
+    const trial = await startTestServer({ jwksAllowHttp: true, database });
+    const hook = await createWebhookAutomation(trial, { authMethod: "JWT", jwksUrl: `${keys.url}/http-then-off` });
+    await trial.close();
+    const production = await startTestServer({ jwksAllowHttp: false, database });
+    try {
+      const { body, headers } = await signedFor(hook.endpointUrl);
+      const postUrl = hook.postUrl.replace(trial.url, production.url);
+      expect(await postWebhook(postUrl, { ...headers }, body)).toEqual({ status: 401, body: { code: "unauthenticated", message: jwksUnusableMessage } });
+      const res = await production.call("GET", `/api/v1/automations/${hook.id}/webhook/deliveries`);
+      expect(((await res.json()) as { list: { reason: string }[] }).list.map((d) => d.reason)).toEqual(["jwks_http_not_allowed"]);
+      expect(fetched.get("/http-then-off")).toBeUndefined();
+    } finally {
+      await production.close();
+    }
+  });
+
   it("fetches the JWKS again once the 5 s have passed, logs the failure's detail, and keeps a fetched key set", async () => {
     const clock = new ManualClock(Date.now());
     let logged = "";
     const sink = new PassThrough();
     sink.on("data", (c: Buffer) => (logged += c.toString()));
-    const cache = new JwksCache({}, { clock, log: createLogger("warn", sink) });
+    const cache = new JwksCache({ allowHttp: true }, { clock, log: createLogger("warn", sink) });
     const endpointUrl = `${server.config.baseUrl}/api/v1/webhooks/incoming/recovering`;
     const verify = async () => {
       const { body, headers } = await signedFor(endpointUrl);

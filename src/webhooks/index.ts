@@ -62,7 +62,7 @@ export function createWebhooks(options: WebhooksOptions): Webhooks {
     ipRestrictions: new IpRestrictions(),
     hmacKeys: (automationId) => secrets.validKeys(automationId),
     hmacKeyWrites: () => secrets.writes,
-    jwks: new JwksCache({}, { clock, log: options.log }),
+    jwks: new JwksCache({ allowHttp: options.jwksAllowHttp }, { clock, log: options.log }),
     accept: (event, inTransaction, stillAcceptable) => acceptance.accept(event, inTransaction, stillAcceptable),
     deliveries: new DeliveryLog(store.webhooks.deliveries, {
       clock,

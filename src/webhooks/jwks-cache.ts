@@ -1,4 +1,5 @@
 import { createLocalJWKSet, createRemoteJWKSet, customFetch, type FetchImplementation, type JSONWebKeySet, type RemoteJWKSet } from "jose";
+import { isIP } from "node:net";
 import { systemClock, type Clock } from "../clock.js";
 import type { Logger } from "../logger.js";
 
@@ -18,6 +19,8 @@ export interface JwksCacheOptions {
   maxBytes: number;
   /** Most distinct JWKS URLs kept; beyond it the cache starts over. */
   maxUrls: number;
+  /** ACCESSD_JWKS_ALLOW_HTTP: http URLs on loopback hosts may be fetched (else https only). */
+  allowHttp: boolean;
 }
 
 export const defaultJwksCacheOptions: JwksCacheOptions = {
@@ -27,6 +30,7 @@ export const defaultJwksCacheOptions: JwksCacheOptions = {
   maxAgeMs: 10 * 60_000,
   maxBytes: 64 * 1024,
   maxUrls: 1_000,
+  allowHttp: false,
 };
 
 export interface JwksCacheDeps {
@@ -43,6 +47,8 @@ export class JwksCache {
   private readonly fetchCapped: FetchImplementation;
   private readonly clock: Clock;
   private readonly log: Logger | undefined;
+  /** Until when each URL's unusable key was reported (reportUnusableKey). */
+  private readonly unusableKeyReported = new Map<string, number>();
 
   constructor(options: Partial<JwksCacheOptions> = {}, deps: Partial<JwksCacheDeps> = {}) {
     this.options = { ...defaultJwksCacheOptions, ...options };
@@ -76,6 +82,9 @@ export class JwksCache {
     return async (url, init) => {
       if (failure !== undefined && this.clock.now() < failure.untilMs) throw failure.error;
       try {
+        // A listener saved while ACCESSD_JWKS_ALLOW_HTTP was on keeps its http URL: once the
+        // variable is off, its keys are not fetched in clear any more (they were, silently).
+        if (!jwksTransportAllowed(new URL(url), this.options.allowHttp)) throw new JwksHttpNotAllowedError();
         const response = await this.fetchCapped(url, init);
         failure = undefined;
         return response;
@@ -88,6 +97,39 @@ export class JwksCache {
         throw e;
       }
     };
+  }
+
+  /**
+   * A key of the JWKS at `url` that was fetched but cannot be imported (WebCrypto's DataError:
+   * an Ed25519 `x` that is no key, an EC point off its curve), which no fetch failure logs: said
+   * once a `maxAgeMs` for each URL, so that the operator learns why its webhooks are refused.
+   */
+  reportUnusableKey(url: string, error: unknown): void {
+    const now = this.clock.now();
+    if ((this.unusableKeyReported.get(url) ?? 0) > now) return;
+    if (this.unusableKeyReported.size >= this.options.maxUrls) this.unusableKeyReported.clear();
+    this.unusableKeyReported.set(url, now + this.options.maxAgeMs);
+    this.log?.warn({ jwksUrl: withoutCredentials(url), err: error }, "JWKS key cannot be imported: the webhooks it should verify are refused (jwks_invalid)");
+  }
+}
+
+/** Whether a JWKS may be fetched from `url`: https, or http on a loopback host when allowed. */
+export function jwksTransportAllowed(url: URL, allowHttp: boolean): boolean {
+  return url.protocol === "https:" || (url.protocol === "http:" && allowHttp && isLoopback(url.hostname));
+}
+
+function isLoopback(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, "");
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1";
+}
+
+/** An http JWKS URL while ACCESSD_JWKS_ALLOW_HTTP is off (or on a host that is no loopback). */
+export class JwksHttpNotAllowedError extends Error {
+  constructor() {
+    super("the JWKS URL is http, which ACCESSD_JWKS_ALLOW_HTTP does not allow now: https only");
+    this.name = "JwksHttpNotAllowedError";
   }
 }
 

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type ProtectedHeaderParameters } from "jose";
 import { isCanonicalCompactJws } from "../compact-jws.js";
-import { JwksHttpStatusError, JwksNotJsonError, JwksTooLargeError, type JwksCache } from "./jwks-cache.js";
+import { JwksHttpNotAllowedError, JwksHttpStatusError, JwksNotJsonError, JwksTooLargeError, type JwksCache } from "./jwks-cache.js";
 import { unauthenticated, type Rejection } from "./rejection.js";
 
 /** Spec 5.2: RS256, ES256 and EdDSA only; never `none` or an HMAC algorithm. */
@@ -75,6 +75,7 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
       currentDate: new Date(input.nowMs),
     }));
   } catch (e) {
+    if (isKeyDataError(e)) jwks.reportUnusableKey(input.jwksUrl, e);
     const rejection = rejectionOf(e);
     return rejection.reason === "jwt_signature_invalid" && header.alg === "ES256" ? withDerHint(rejection, token) : rejection;
   }
@@ -142,13 +143,17 @@ function rejectionOf(e: unknown): Rejection {
   }
   if (e instanceof JwksTooLargeError) return jwksUnusable("jwks_too_large");
   if (e instanceof JwksHttpStatusError) return jwksUnusable("jwks_http_status");
-  if (e instanceof JwksNotJsonError) return jwksUnusable("jwks_invalid");
+  if (e instanceof JwksNotJsonError || isKeyDataError(e)) return jwksUnusable("jwks_invalid");
+  if (e instanceof JwksHttpNotAllowedError) return jwksUnusable("jwks_http_not_allowed");
   // jose refuses a key it fetched but cannot use with a plain TypeError (an RSA key under 2,048
   // bits: "RS256 requires key modulusLength to be 2048 bits or larger"): the JWKS was reached, and
   // holds no usable key. Everything else left is the fetch failing.
   if (e instanceof TypeError && /key/i.test(e.message)) return jwksUnusable("jwks_invalid");
   return jwksUnusable("jwks_unreachable");
 }
+
+/** WebCrypto's refusal of a key's material (jose imports with it): the JWKS answered, unusably. */
+const isKeyDataError = (e: unknown): boolean => e instanceof DOMException && e.name === "DataError";
 
 /**
  * An ES256 signature is r || s, 64 bytes (RFC 7518 3.4); OpenSSL and most crypto libraries sign

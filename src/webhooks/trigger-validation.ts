@@ -1,7 +1,7 @@
-import { isIP } from "node:net";
 import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
 import { invalidArgument } from "../connect-errors.js";
 import { parseCidr } from "../server/cidr.js";
+import { jwksTransportAllowed } from "./jwks-cache.js";
 
 export interface TriggerValidationOptions {
   /** ACCESSD_JWKS_ALLOW_HTTP: `http://` JWKS URLs on loopback hosts. */
@@ -30,8 +30,7 @@ function validateJwksUrl(text: string, options: TriggerValidationOptions): void 
   }
   if (text.length > maxUrlLength) throw invalidArgument(`trigger.webhook.jwksUrl is longer than ${maxUrlLength} characters`);
   if (url.username !== "" || url.password !== "") throw invalidArgument("trigger.webhook.jwksUrl must not carry credentials");
-  if (url.protocol === "https:") return;
-  if (url.protocol === "http:" && options.jwksAllowHttp && isLoopback(url.hostname)) return;
+  if (jwksTransportAllowed(url, options.jwksAllowHttp)) return;
   throw invalidArgument(
     options.jwksAllowHttp
       ? "trigger.webhook.jwksUrl must be https (http only on a loopback host)"
@@ -51,9 +50,3 @@ function validateCidrs(enabled: boolean, cidrs: readonly string[]): void {
   }
 }
 
-function isLoopback(hostname: string): boolean {
-  const host = hostname.replace(/^\[|\]$/g, "");
-  if (host === "localhost") return true;
-  if (isIP(host) === 4) return host.startsWith("127.");
-  return host === "::1";
-}
