@@ -222,6 +222,12 @@ describe("request bodies", () => {
     expect(await jsonError(update)).toMatchObject({ status: 400, body: { message: "app.description is longer than 10000 characters" } });
   });
 
+  it("counts a name's characters, not its UTF-16 units (501 emoji were refused as over 1,000)", async () => {
+    expect((await server.call("POST", "/api/v1/apps", { displayName: "😀".repeat(1_000) })).status).toBe(200);
+    const over = await jsonError(await server.call("POST", "/api/v1/apps", { displayName: "😀".repeat(1_001) }));
+    expect(over).toMatchObject({ status: 400, body: { message: "displayName is longer than 1000 characters" } });
+  });
+
   it("answers 413 to a body larger than the limit", async () => {
     const res = await server.call("POST", "/api/v1/users", { displayName: "x".repeat(20_000) });
     expect(res.status).toBe(413);

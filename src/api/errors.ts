@@ -16,8 +16,21 @@ export function requireField(value: string | undefined, jsonName: string, maxLen
   return limitText(value, jsonName, maxLength);
 }
 
-/** An optional text field as given ("" when absent); refused when over `maxLength`, naming it by its JSON name. */
+/**
+ * An optional text field as given ("" when absent); refused when over `maxLength` characters
+ * (code points: 500 emoji are 1,000 UTF-16 units, and were refused as over 1,000), naming it by its
+ * JSON name.
+ */
 export function limitText(value: string | undefined, jsonName: string, maxLength = maxTextFieldLength): string {
-  if (value !== undefined && value.length > maxLength) throw invalidArgument(`${jsonName} is longer than ${maxLength} characters`);
+  if (value !== undefined && value.length > maxLength && codePoints(value) > maxLength) {
+    throw invalidArgument(`${jsonName} is longer than ${maxLength} characters`);
+  }
   return value ?? "";
+}
+
+/** How many code points `text` holds (a pair of surrogates is one). */
+function codePoints(text: string): number {
+  let count = 0;
+  for (const _ of text) count++;
+  return count;
 }
