@@ -228,6 +228,18 @@ describe("request bodies", () => {
     expect(over).toMatchObject({ status: 400, body: { message: "displayName is longer than 1000 characters" } });
   });
 
+  it("answers 400 to a query percent-escape that is malformed or no UTF-8, as in the path (it read as U+FFFD and listed nothing)", async () => {
+    for (const query of ["automation_id=%C3%28", "automation_id=%ZZ", "page_token=%"]) {
+      const error = await jsonError(await server.call("GET", `/api/v1/automation_executions?${query}`));
+      expect({ query, ...error }).toMatchObject({
+        query,
+        status: 400,
+        body: { code: "invalid_argument", message: "the query has a malformed percent-escape (each is %XX, and together they spell UTF-8)" },
+      });
+    }
+    expect((await server.call("GET", "/api/v1/apps?page_size=%31%30")).status).toBe(200);
+  });
+
   it("answers 413 to a body larger than the limit", async () => {
     const res = await server.call("POST", "/api/v1/users", { displayName: "x".repeat(20_000) });
     expect(res.status).toBe(413);

@@ -165,7 +165,7 @@ export class RestTranscoder {
   private async assembleMessage(req: NodeRequest, route: RestRoute, bindings: PathBinding[], query: string | undefined): Promise<JsonObject> {
     const message = await this.requestJson(req, route);
     for (const binding of bindings) setField(message, route.rpc.input, binding.fieldPath, binding.value, "path");
-    if (query !== undefined) applyQuery(message, route, new URLSearchParams(query));
+    if (query !== undefined) applyQuery(message, route, parseQuery(query));
     if (route.pageSizeField !== undefined) clampPageSizeToInt32(message, route.pageSizeField);
     return message;
   }
@@ -234,6 +234,21 @@ function routesOf(handler: UniversalHandler): RestRoute[] {
 
 function findField(message: DescMessage, name: string): DescField | undefined {
   return message.fields.find((f) => f.name === name || f.jsonName === name);
+}
+
+/**
+ * The query's parameters. A percent-escape that is malformed or no UTF-8 (`%C3%28`) is a 400, as
+ * in the path: URLSearchParams read it as U+FFFD, and `automation_id=%C3%28` listed nothing.
+ */
+function parseQuery(query: string): URLSearchParams {
+  if (query.includes("%")) {
+    try {
+      decodeURIComponent(query);
+    } catch {
+      throw new RestRequestError("the query has a malformed percent-escape (each is %XX, and together they spell UTF-8)");
+    }
+  }
+  return new URLSearchParams(query);
 }
 
 function applyQuery(message: JsonObject, route: RestRoute, query: URLSearchParams): void {
