@@ -120,12 +120,13 @@ describe("/metrics", () => {
       });
       expect(unknownMethod.headers.get("grpc-status")).toBe(String(Code.Unimplemented));
       await grpc.get({ id: "x" }).catch(() => undefined); // no token: the interceptors count it, once
-      // Outside /api/: a Connect call to a method the server does not have, and any other path (neither was counted).
+      // Outside /api/: a Connect call to a method the server does not have, and any other path.
       expect((await post("/svc.api.app.v1.Apps/Nope", "{}")).status).toBe(404);
       expect((await fetch(`${own.url}/nothing/here`)).status).toBe(404);
       const text = await scrape(own as TestServer);
       const count = (protocol: string, operation: string, code: string) => sample(text, "accessd_requests_total", { protocol, operation, code });
-      expect(count("rest", "unknown", "not_found")).toBe(3);
+      expect(count("rest", "unknown", "not_found")).toBe(2);
+      expect(count("connect", "unknown", "unimplemented")).toBe(1); // the Connect call to Apps/Nope
       expect(count("rest", "unknown", "unimplemented")).toBe(1); // 405
       expect(count("grpc-web", "unknown", "unimplemented")).toBe(1);
       expect(count("grpc", "svc.api.app.v1.Apps.Get", "unauthenticated")).toBe(1);

@@ -14,6 +14,7 @@ import {
 } from "../gen/svc/api/app/v1/app_entitlement_owners_pb.js";
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { createApp, createEntitlement, createUser, listOwnerIds, ownersPath } from "./support/api-fixtures.js";
+import { rawRequest } from "./support/raw-http.js";
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
 let server: TestServer;
@@ -360,5 +361,51 @@ describe("a call whose deadline has passed before its handler begins", () => {
     const apps = (await (await server.call("GET", "/api/v1/apps?page_size=100")).json()) as { list: { displayName: string }[] };
     expect(apps.list.length).toBeGreaterThan(0);
     expect(apps.list.filter((item) => item.displayName === name)).toEqual([]);
+  });
+});
+
+describe("refusals outside the routes, in the JSON error shape", () => {
+  it("answers a Connect call to a method the server does not have 404 unimplemented, as gRPC is told (it was not_found)", async () => {
+    const res = await fetch(`${server.url}/svc.api.app.v1.Apps/Archive`, { method: "POST", headers: { ...server.headers, "content-type": "application/json" }, body: "{}" });
+    expect(res.status).toBe(404);
+    expect(await res.json()).toEqual({ code: "unimplemented", message: "unknown method /svc.api.app.v1.Apps/Archive" });
+    expect(((await (await fetch(`${server.url}/not/an-rpc`)).json()) as { code: string }).code).toBe("not_found");
+  });
+
+  it("names every content type an RPC takes in a 415, streams and gRPC-Web too", async () => {
+    const res = await fetch(`${server.url}/grpc.health.v1.Health/Watch`, { method: "POST", headers: { "content-type": "text/plain" }, body: "x" });
+    expect(res.status).toBe(415);
+    expect(((await res.json()) as { message: string }).message).toBe(
+      "/grpc.health.v1.Health/Watch takes Connect (application/json or application/proto; a stream application/connect+json or +proto), gRPC (application/grpc) or gRPC-Web (application/grpc-web)",
+    );
+  });
+
+  it("answers reflection (a bidirectional stream) over HTTP/1.1 505 with a body saying it needs HTTP/2 (it was empty)", async () => {
+    const res = await fetch(`${server.url}/grpc.reflection.v1.ServerReflection/ServerReflectionInfo`, {
+      method: "POST",
+      headers: { "content-type": "application/connect+proto" },
+      body: new Uint8Array(5),
+    });
+    expect(res.status).toBe(505);
+    expect(await res.json()).toEqual({
+      code: "unimplemented",
+      message: "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo is a bidirectional stream, which needs HTTP/2",
+    });
+  });
+
+  it("answers an Expect other than 100-continue 417 with a JSON body (Node's was empty)", async () => {
+    const answer = await rawRequest(server.address.port, [`GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n`]);
+    expect(answer?.status).toBe(417);
+    expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({ code: "failed_precondition", message: "Expect: something-else is not supported (only 100-continue)" });
+  });
+
+  it("answers /healthz and /readyz 405 with Allow to any method but GET and HEAD (a POST was 200)", async () => {
+    for (const path of ["/healthz", "/readyz"]) {
+      for (const method of ["POST", "DELETE"]) {
+        const res = await fetch(`${server.url}${path}`, { method });
+        expect({ path, method, status: res.status, allow: res.headers.get("allow") }).toEqual({ path, method, status: 405, allow: "GET, HEAD" });
+      }
+      expect((await fetch(`${server.url}${path}`, { method: "HEAD" })).status).toBe(200);
+    }
   });
 });

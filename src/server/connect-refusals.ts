@@ -55,11 +55,21 @@ export function malformedStreamMessageInterceptor(): Interceptor {
  * Brings the Connect handlers' refusals of malformed requests in line with the rest of the API:
  * connect-es answers an undecodable binary or compressed body with 500 `internal`, and an
  * unsupported Content-Type (415) or HTTP method (405) with an empty body. Those become 400
- * `invalid_argument`, and 415/405 with Connect's JSON error shape. Anything else passes as is.
+ * `invalid_argument`, and 415/405/505 (a bidirectional stream over HTTP/1.1) with Connect's JSON
+ * error shape. Anything else passes as is.
  */
 export async function asApiRefusal(res: UniversalServerResponse, procedure: string): Promise<UniversalServerResponse> {
   if (res.body === undefined && res.status === 415) {
-    return jsonError(res, 415, Code.InvalidArgument, `${procedure} takes application/json or application/proto (Connect, gRPC, gRPC-Web)`);
+    return jsonError(
+      res,
+      415,
+      Code.InvalidArgument,
+      `${procedure} takes Connect (application/json or application/proto; a stream application/connect+json or +proto), gRPC (application/grpc) or gRPC-Web (application/grpc-web)`,
+    );
+  }
+  if (res.body === undefined && res.status === 505) {
+    // connect-es's answer to a bidirectional stream (reflection) over HTTP/1.1, which has no body.
+    return jsonError(res, 505, Code.Unimplemented, `${procedure} is a bidirectional stream, which needs HTTP/2`);
   }
   if (res.body === undefined && res.status === 405) {
     // RFC 9110 15.5.6: a 405 names the methods the target takes.

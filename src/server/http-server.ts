@@ -11,7 +11,7 @@ import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
 import type { ConnectHandlers } from "./connect-handlers.js";
 import { ConnectionTracker } from "./connection-tracker.js";
-import { writeJson, writeJsonError } from "./json-error.js";
+import { refuseMethod, writeJson, writeJsonError } from "./json-error.js";
 import { everyValueOf, isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { cutText } from "../cut-text.js";
 import { answeredCodeOf, codeName } from "./outcome-codes.js";
@@ -70,6 +70,9 @@ export interface UnobservedAnswer {
   seconds: number;
 }
 
+/** A path in the shape of an RPC: `/package.Service/Method`. */
+const rpcPath = /^\/[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+\/[A-Za-z_]\w*$/;
+
 /**
  * Every API answer is an authenticated caller's view, and some carry a secret shown once (a new
  * client's secret, a webhook secret): no shared or browser cache may keep them (RFC 9111 5.2.2.5;
@@ -118,6 +121,12 @@ export class HttpServer {
     // CONNECT (a proxy's tunnel request) never reaches 'request': without a listener Node drops
     // the connection unanswered. accessd is no proxy: 501 in the JSON error shape, then close.
     innerServers(this.server).http1?.on("connect", (req: IncomingMessage, socket: Socket) => refuseConnectMethod(req, socket));
+    // An Expect other than 100-continue: Node answered a bare 417 without a body.
+    innerServers(this.server).http1?.on("checkExpectation", (req: IncomingMessage, res: NodeResponse) => {
+      writeJsonError(res, Code.FailedPrecondition, `Expect: ${cutText(String(req.headers.expect), 100)} is not supported (only 100-continue)`, 417, {
+        connection: "close",
+      });
+    });
     cutIdleConnections(this.server, {
       silentMs: headersTimeoutMs(options.requestTimeoutMs),
       // Longer than the request timeout: a stream stalled mid-body is cut with 408 first (which is
@@ -280,6 +289,9 @@ export class HttpServer {
         return route.handle(req, res, facts);
       }
     }
+    if ((path === "/healthz" || path === "/readyz") && req.method !== "GET" && req.method !== "HEAD") {
+      return refuseMethod(res, req.method, path, ["GET"]); // as /metrics: a probe reads, and POST did too
+    }
     if (path === "/healthz") return writeJson(res, 200, { status: "ok" });
     if (path === "/readyz") {
       const ready = !this.shuttingDown && this.options.ready();
@@ -310,7 +322,14 @@ export class HttpServer {
     }
     // Counted and logged as an unknown /api/ path is (operation "unknown"): a Connect client with
     // a misspelt method, or a proxy sending the wrong prefix, shows in the metrics and the log.
+    if (rpcPath.test(path)) facts.protocol = protocol;
     this.observeApiAnswer(res, facts);
+    if (rpcPath.test(path)) {
+      // A Connect call to a method the server does not have: `unimplemented`, as gRPC is told, in
+      // a 404, which Connect clients that read only the status map to `unimplemented` too.
+      writeJsonError(res, Code.Unimplemented, `unknown method ${path}`, 404);
+      return;
+    }
     writeJsonError(res, Code.NotFound, `no route for ${path}`);
   }
 }
