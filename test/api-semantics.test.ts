@@ -80,3 +80,20 @@ describe("ACCESSD_DATA_KEY", () => {
     expect(() => loadConfig({ ACCESSD_DATA_KEY: key.toString("base64url").slice(0, 42) })).toThrow();
   });
 });
+
+describe("an entitlement's slug, when none is given", () => {
+  it("is its name's letters and digits of any script in lower case, Latin accents dropped, every other run one hyphen (ASCII only before: 'diteur-g-n-ral', and no slug for '管理者')", async () => {
+    const app = (await (await server.call("POST", "/api/v1/apps", { displayName: "Slugs" })).json()) as { app: { id: string } };
+    const slugOf = async (displayName: string, slug?: string) => {
+      const res = await server.call("POST", `/api/v1/apps/${app.app.id}/entitlements`, { displayName, ...(slug === undefined ? {} : { slug }) });
+      expect(res.status).toBe(200);
+      return ((await res.json()) as { appEntitlement: { slug: string } }).appEntitlement.slug;
+    };
+    expect(await slugOf("Billing Admin")).toBe("billing-admin");
+    expect(await slugOf("Éditeur Général")).toBe("editeur-general");
+    expect(await slugOf("Ünïcödé — Über, 2")).toBe("unicode-uber-2");
+    expect(await slugOf("管理者 2")).toBe("管理者-2");
+    expect(await slugOf("Billing Admin", "   ")).toBe("billing-admin"); // white space is no slug
+    expect(await slugOf("Billing Admin", "custom")).toBe("custom");
+  });
+});

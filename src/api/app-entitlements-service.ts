@@ -8,12 +8,20 @@ import { appEntitlementMessage } from "./resource-messages.js";
 import type { ServiceContext } from "./service-context.js";
 import { fieldsToWrite } from "./update-mask.js";
 
-/** A slug derived from the display name when none is given: "Billing Admin" -> "billing-admin". */
+/**
+ * A slug derived from the display name when none is given (or only white space): "Billing Admin"
+ * -> "billing-admin", "Éditeur Général" -> "editeur-general" (Latin accents dropped), "管理者 2"
+ * -> "管理者-2": the letters and digits of any script, lower case, every run of anything else one
+ * hyphen. (ASCII only before: "Éditeur Général" was "diteur-g-n-ral" and "管理者" no slug.)
+ */
 function slugify(displayName: string): string {
   return displayName
+    .normalize("NFKD")
+    .replace(/[\u0300-\u036f]+/g, "") // the combining accents NFKD splits off Latin letters
     .toLowerCase()
-    .replace(/[^a-z0-9]+/g, "-")
-    .replace(/^-+|-+$/g, "");
+    .replace(/[^\p{L}\p{N}]+/gu, "-")
+    .replace(/^-+|-+$/g, "")
+    .normalize("NFC");
 }
 
 export function appEntitlementsService({
@@ -33,7 +41,7 @@ export function appEntitlementsService({
           appId,
           displayName,
           description: limitText(req.description, "description", maxDescriptionLength),
-          slug: req.slug !== "" ? limitText(req.slug, "slug") : slugify(displayName),
+          slug: req.slug.trim() !== "" ? limitText(req.slug, "slug") : slugify(displayName),
           createdAt: now,
           updatedAt: now,
         };
