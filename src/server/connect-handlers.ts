@@ -134,8 +134,9 @@ function respellGrpcMessage(headers: Headers | undefined): void {
 /**
  * `uReq` with an empty request message in place of the body its client sent, which is read and
  * thrown away first (`discardBody`), and without the body's `Content-Encoding` and
- * `Content-Length` (the empty message is not compressed; a gRPC envelope says so itself). The call then runs through the interceptors as any
- * other, which refuse it (`RequestFacts.bearer`), count and log it, in its protocol's answer.
+ * `Content-Length` (the empty message is not compressed; a gRPC envelope says so itself). The
+ * call then runs through the interceptors as any other, which refuse it (`RequestFacts.bearer`),
+ * count and log it, in its protocol's answer.
  */
 async function withEmptyMessage(uReq: UniversalServerRequest, req: NodeRequest, limit: number): Promise<UniversalServerRequest> {
   await discardBody(req, limit);
