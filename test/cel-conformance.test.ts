@@ -37,6 +37,7 @@ describe("casts as the CEL spec and cel-go have them (cel-es 0.6.1 differs)", ()
       expect(errorOf(`int('${text}')`)).toBe(`cannot convert ${JSON.stringify(text)} to int`);
     }
     expect(errorOf("uint('-1')")).toBe('cannot convert "-1" to uint');
+    expect(errorOf("uint('+5')")).toBe('cannot convert "+5" to uint'); // ParseUint takes no sign
     expect(errorOf("int('9223372036854775808')")).toBe("int overflow during type conversion");
     expect(errorOf("uint('18446744073709551616')")).toBe("uint overflow during type conversion");
     expect(errorOf(`int('${"9".repeat(100)}x')`)).toBe(`cannot convert "${"9".repeat(64)}…" to int`);
@@ -45,9 +46,11 @@ describe("casts as the CEL spec and cel-go have them (cel-es 0.6.1 differs)", ()
   it("converts a decimal number, inf and nan to double, and nothing else (cel-es answered NaN for 'abc' and 0 for '')", () => {
     expect(valueOf("double('1.5') + double('.5') + double('2e3') + double('-1.')")).toBe(2001);
     expect(valueOf("double('-Infinity') < 0.0 && double('inf') > 0.0 && double('NaN') != double('NaN')")).toBe(true);
-    for (const text of ["abc", "", " 1", "0x10", "1_000"]) {
+    for (const text of ["abc", "", " 1", "0x10", "1_000", "+nan", "-NaN"]) {
       expect(errorOf(`double('${text}')`)).toBe(`cannot convert ${JSON.stringify(text)} to double`);
     }
+    // ParseFloat's ErrRange is cel-go's error, not Infinity (cel-es and the first replacement: Infinity).
+    expect(errorOf("double('1e400')")).toBe('cannot convert "1e400" to double: out of range');
   });
 });
 
@@ -80,6 +83,50 @@ describe("string methods as the CEL spec and cel-go have them: code points, Go's
     expect(errorOf('"a😀b".substring(2, 1)')).toBe("invalid argument to function substring: start > end");
     expect(errorOf('"a😀b".indexOf("b", 3)')).toBe("index 3 out of bounds [0, 3)");
     expect(errorOf('"a😀b".indexOf("b", -1)')).toBe("index -1 out of bounds [0, 3)");
+  });
+});
+
+describe("timestamps as the CEL spec and cel-go have them, whatever the server's time zone (cel-es 0.6.1 read the wall clock in it)", () => {
+  it("read the accessors in UTC, at a fixed offset or in an IANA zone, years 1 to 99 too", () => {
+    expect(valueOf("timestamp('2024-03-10T02:30:00Z').getHours()")).toBe(2);
+    expect(valueOf("timestamp('2024-03-10T02:30:00Z').getHours('UTC')")).toBe(2);
+    expect(valueOf("timestamp('2024-03-10T02:30:00Z').getHours('')")).toBe(2); // cel-go: LoadLocation("") is UTC
+    expect(valueOf("timestamp('2024-03-10T07:30:00Z').getHours('America/New_York')")).toBe(3); // DST began at 2:00 there
+    expect(valueOf("timestamp('2024-03-10T06:30:00Z').getHours('America/New_York')")).toBe(1);
+    expect(valueOf("timestamp('2024-03-10T01:30:00Z').getHours('-05:30')")).toBe(20);
+    expect(valueOf("timestamp('2024-03-10T01:30:00Z').getDayOfMonth('-05:30')")).toBe(8); // 0-based: the 9th
+    expect(valueOf("timestamp('2024-07-01T00:30:00Z').getDayOfYear()")).toBe(182);
+    expect(valueOf("timestamp('2024-01-01T00:00:00Z').getDayOfYear()")).toBe(0);
+    expect(valueOf("timestamp('2024-12-31T23:59:59.999Z').getMilliseconds()")).toBe(999);
+    expect(valueOf("timestamp('0050-06-01T12:00:00Z').getFullYear()")).toBe(50);
+    expect(valueOf("timestamp('0050-06-01T12:00:00Z').getDayOfWeek()")).toBe(3);
+    expect(valueOf("timestamp('0001-01-01T00:00:00Z').getFullYear('+01:00')")).toBe(1);
+    expect(errorOf("timestamp('2024-01-01T00:00:00Z').getHours('Mars/Olympus')")).toBe('unknown time zone "Mars/Olympus"');
+  });
+
+  it("gives the same answers in a process whose TZ is America/New_York", async () => {
+    const { execFileSync } = await import("node:child_process");
+    const script = `import { compileExpression } from "./src/automations/compiled-expression.ts";
+      const r = ["timestamp('2024-03-10T02:30:00Z').getHours()", "timestamp('2024-07-01T00:30:00Z').getDayOfYear()", "timestamp('2024-03-10T01:30:00Z').getHours('Europe/Berlin')"].map((e) => String(compileExpression(e).evaluate(new Map())));
+      console.log(r.join(","));`;
+    const out = execFileSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { env: { ...process.env, TZ: "America/New_York" } });
+    expect(out.toString().trim()).toBe("2,182,2");
+  });
+
+  it("refuses a date that does not exist (cel-es rolled 2024-02-30 over to March 1st, hour 24 to the next day)", () => {
+    for (const text of ["2024-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "2024-04-31T00:00:00Z", "2024-00-10T00:00:00Z"]) {
+      expect(errorOf(`timestamp('${text}')`)).toBe(`Failed to parse timestamp: day out of range in "${text}"`);
+    }
+    expect(errorOf("timestamp('2024-01-01T24:00:00Z')")).toBe('Failed to parse timestamp: hour out of range in "2024-01-01T24:00:00Z"');
+    expect(valueOf("string(timestamp('2024-02-29T23:59:59+01:00'))")).toBe("2024-02-29T22:59:59Z");
+  });
+});
+
+describe("strings ordered by code point (cel-es 0.6.1 compared UTF-16 units)", () => {
+  it("puts a character beyond the BMP after U+FFFF, as cel-go does", () => {
+    expect(valueOf("'😀' > '\\uffff'")).toBe(true);
+    expect(valueOf("'\\uffff' < '😀' && '😀' >= '\\ue000' && !('😀' <= '\\uffff')")).toBe(true);
+    expect(valueOf("'a' < 'b' && 'ab' > 'a' && 'a' <= 'a'")).toBe(true);
   });
 });
 

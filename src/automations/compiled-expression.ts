@@ -4,6 +4,7 @@ import { strings } from "@bufbuild/cel/ext";
 import { Expr_CallSchema as CallSchema, ExprSchema, ParsedExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
 import { conformingCasts, maxInt64, maxUint64, minInt64 } from "./conforming-casts.js";
 import { conformingStrings } from "./conforming-strings.js";
+import { conformingTime } from "./conforming-time.js";
 import {
   appendToAccumulator,
   appendToAccumulatorFunction,
@@ -24,7 +25,7 @@ export type Expr = ParsedCel["expr"];
 /** The one variable expressions see: `ctx` (ctx.trigger, ctx.steps.<name>, ctx.<name>). */
 const variables = { ctx: mapType(CelScalar.STRING, CelScalar.DYN) };
 
-export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts, ...conformingStrings] });
+export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts, ...conformingStrings, ...conformingTime] });
 
 /** Called (by the rewritten plan) before every comprehension iteration; its argument is the loop condition. */
 const iterationBudgetFunction = "accessd.comprehensionIteration";
@@ -45,6 +46,7 @@ const plannedEnvironment = meteredCalls(
       ...withLinearReplace(strings),
       ...conformingCasts,
       ...conformingStrings,
+      ...conformingTime,
       celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
         countIteration();
         return condition;

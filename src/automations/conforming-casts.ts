@@ -12,9 +12,10 @@ import { celFunc, CelScalar, celUint, objectType } from "@bufbuild/cel";
  *   the range of a timestamp (years 1 to 9999).
  * - `int(string)` and `uint(string)` took what JavaScript's `BigInt` takes: `int('')` was 0,
  *   `int(' 12 ')` 12, `int('0x10')` 16, and `int('1.5')` failed with "Cannot convert 1.5 to a
- *   BigInt". cel-go takes base-10 digits only (Go's strconv), with a sign for int.
+ *   BigInt". cel-go takes base-10 digits only (Go's strconv), with a sign for int only.
  * - `double(string)` was JavaScript's `Number`: `double('abc')` was NaN and `double('')` 0. Here,
- *   as Go's strconv.ParseFloat: a decimal number, or inf, infinity and nan in any case.
+ *   as Go's strconv.ParseFloat: a decimal number within a double's range (`1e400` is an error),
+ *   or inf and infinity with a sign or none and nan, in any case.
  */
 export const conformingCasts = [
   celFunc("timestamp", [CelScalar.INT], objectType(TimestampSchema), (seconds) => {
@@ -28,15 +29,20 @@ export const conformingCasts = [
     return value;
   }),
   celFunc("uint", [CelScalar.STRING], CelScalar.UINT, (text) => {
-    if (!/^\+?\d+$/.test(text)) throw new Error(`cannot convert ${quoted(text)} to uint`);
+    if (!/^\d+$/.test(text)) throw new Error(`cannot convert ${quoted(text)} to uint`); // ParseUint takes no sign
     const value = BigInt(text);
     if (value > maxUint64) throw new Error("uint overflow during type conversion");
     return celUint(value);
   }),
   celFunc("double", [CelScalar.STRING], CelScalar.DOUBLE, (text) => {
-    if (/^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(text)) return Number(text);
+    if (/^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(text)) {
+      const value = Number(text);
+      // ParseFloat's ErrRange, which cel-go answers with an error, not Infinity.
+      if (!Number.isFinite(value)) throw new Error(`cannot convert ${quoted(text)} to double: out of range`);
+      return value;
+    }
     if (/^[+-]?inf(inity)?$/i.test(text)) return text.startsWith("-") ? -Infinity : Infinity;
-    if (/^[+-]?nan$/i.test(text)) return NaN;
+    if (/^nan$/i.test(text)) return NaN; // unsigned, as ParseFloat takes it
     throw new Error(`cannot convert ${quoted(text)} to double`);
   }),
 ];

@@ -1,4 +1,4 @@
-import { celList, celMethod, CelScalar, listType } from "@bufbuild/cel";
+import { celFunc, celList, celMethod, CelScalar, listType } from "@bufbuild/cel";
 
 /**
  * cel-es (0.6.1) string-extension methods that counted UTF-16 code units where the CEL spec and
@@ -8,7 +8,7 @@ import { celList, celMethod, CelScalar, listType } from "@bufbuild/cel";
  * (`size` counts code points), `charAt(1)` and `split("")` cut the emoji in halves, which no
  * UTF-8 can carry. And `split(sep, n)` kept only the first n pieces, where cel-go (Go's
  * strings.SplitN) ends with the rest of the string: `"a,b,c".split(",", 2)` is `["a", "b,c"]`.
- * The bounds are cel-es's, in code points.
+ * The bounds are cel-es's, in code points. And strings order by code point, not UTF-16 unit.
  */
 export const conformingStrings = [
   celMethod("charAt", CelScalar.STRING, [CelScalar.INT], CelScalar.STRING, function (this: string, index) {
@@ -45,7 +45,27 @@ export const conformingStrings = [
   celMethod("split", CelScalar.STRING, [CelScalar.STRING, CelScalar.INT], listType(CelScalar.DYN), function (this: string, separator, n) {
     return celList(splitN(this, separator, n < -1n ? -1 : Number(n > 2n ** 31n ? 2n ** 31n : n)));
   }),
+  // Strings order by code point (the spec; cel-go compares UTF-8 bytes, the same order), where
+  // JavaScript's < compares UTF-16 units: '😀' > '\uffff' was false.
+  celFunc("_<_", [CelScalar.STRING, CelScalar.STRING], CelScalar.BOOL, (l, r) => compareCodePoints(l, r) < 0),
+  celFunc("_<=_", [CelScalar.STRING, CelScalar.STRING], CelScalar.BOOL, (l, r) => compareCodePoints(l, r) <= 0),
+  celFunc("_>_", [CelScalar.STRING, CelScalar.STRING], CelScalar.BOOL, (l, r) => compareCodePoints(l, r) > 0),
+  celFunc("_>=_", [CelScalar.STRING, CelScalar.STRING], CelScalar.BOOL, (l, r) => compareCodePoints(l, r) >= 0),
 ];
+
+/** Negative, zero or positive as `left` orders before, with or after `right` by code points. */
+function compareCodePoints(left: string, right: string): number {
+  // UTF-16 order is code-point order but where a surrogate meets a unit from U+E000 to U+FFFF.
+  if (!surrogate.test(left) && !surrogate.test(right)) return left < right ? -1 : left > right ? 1 : 0;
+  const a = Array.from(left, (c) => c.codePointAt(0) ?? 0);
+  const b = Array.from(right, (c) => c.codePointAt(0) ?? 0);
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    if (a[i] !== b[i]) return (a[i] ?? 0) - (b[i] ?? 0);
+  }
+  return a.length - b.length;
+}
+
+const surrogate = /[\uD800-\uDFFF]/;
 
 /** `index` as a number, when 0 <= index <= max (else cel-es's error, naming the length). */
 function inBounds(index: bigint, max: number, length: number): number {
