@@ -122,6 +122,16 @@ describe("timestamps as the CEL spec and cel-go have them, whatever the server's
   });
 });
 
+describe("a list index that is no whole number", () => {
+  it("is named so (cel-es said 'unsupported input undefined')", () => {
+    const context = new StepContext({ l: [1, 2] });
+    expect(() => evaluate("messageCel", "ctx.trigger.l[1.5]", new ProgramCache(), context)).toThrow(
+      "messageCel: a list index is not a whole number (a list is indexed by an int, or a double or uint holding one, such as 1.0)",
+    );
+    expect(evaluate("messageCel", "ctx.trigger.l[1.0]", new ProgramCache(), context)).toBe(2); // JSON numbers are doubles
+  });
+});
+
 describe("strings ordered by code point (cel-es 0.6.1 compared UTF-16 units)", () => {
   it("puts a character beyond the BMP after U+FFFF, as cel-go does", () => {
     expect(valueOf("'😀' > '\\uffff'")).toBe(true);

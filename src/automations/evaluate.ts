@@ -58,6 +58,11 @@ function describeCelError(error: CelError, expression: CompiledExpression, conte
     if (isCelMap(operand.value)) return `${text}: no key ${key} (a JSON object's keys are strings: write ${operand.text}["${key}"])`;
     return `${text} cannot be read: ${operand.text} is ${aValueOf(operand.value)}, which has no index`;
   }
+  // cel-es's list read with an index that is no whole number (1.5) returns nothing, which it then
+  // cannot convert.
+  if (error.message === "unsupported input undefined") {
+    return "a list index is not a whole number (a list is indexed by an int, or a double or uint holding one, such as 1.0)";
+  }
   return error.message;
 }
 
