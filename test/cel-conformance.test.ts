@@ -172,6 +172,13 @@ describe("the CEL source as the spec reads it (cel-es 0.6.1's parser differs)", 
     expect(() => compileExpression(source)).toThrow(expect.objectContaining({ name: "CelSyntaxError", message, offset }));
   });
 
+  it("refuses a double literal beyond a double's range (cel-es kept it as Infinity)", () => {
+    for (const source of ["1e400", "1.99e90000009", "-2e308"]) {
+      expect(() => compileExpression(source), source).toThrow(expect.objectContaining({ name: "CelSyntaxError", message: "double literal is out of range (a double: about ±1.8e308)" }));
+    }
+    expect(valueOf("1.7e308 > 0.0")).toBe(true);
+  });
+
   it("takes the extremes of int and uint", () => {
     expect(valueOf("string(-9223372036854775808) + ' ' + string(9223372036854775807) + ' ' + string(18446744073709551615u)")).toBe(
       "-9223372036854775808 9223372036854775807 18446744073709551615",

@@ -119,10 +119,8 @@ export function compileExpression(source: string): CompiledExpression {
   if (tooDeep !== undefined) {
     throw new CelSyntaxError(`nested more than ${maxExpressionDepth} levels deep`, offsetOf(parsed, tooDeep.id));
   }
-  const outOfRange = firstIntegerLiteralOutOfRange(parsed.expr);
-  if (outOfRange !== undefined) {
-    throw new CelSyntaxError(`integer literal ${outOfRange.text} is out of range (${outOfRange.range})`, offsetOf(parsed, outOfRange.id));
-  }
+  const outOfRange = firstLiteralOutOfRange(parsed.expr);
+  if (outOfRange !== undefined) throw new CelSyntaxError(outOfRange.message, offsetOf(parsed, outOfRange.id));
   // Planning rewrites its own copy; `parsed` stays as written, for messages and reference checks.
   const program = plan(plannedEnvironment, forBudgetedPlanning(clone(ParsedExprSchema, parsed) as ParsedCel));
   return {
@@ -347,20 +345,26 @@ const uint64Range = { min: 0n, max: maxUint64, text: "uint: 0 to 2^64-1" };
 
 /**
  * The first int or uint literal outside its type's range (`9223372036854775808`,
- * `18446744073709551616u`), which the CEL spec makes a parse error. cel-es's parser keeps such
- * a literal as a bigint of any size, and the expression's planning then threw from deep inside
- * protobuf-es (a 500 for the Create that saved it).
+ * `18446744073709551616u`), or double literal beyond a double's (`1e400`), which the CEL spec
+ * makes a parse error. cel-es's parser keeps such an integer as a bigint of any size, and the
+ * expression's planning then threw from deep inside protobuf-es (a 500 for the Create that saved
+ * it); such a double it kept as Infinity.
  */
-function firstIntegerLiteralOutOfRange(root: Expr | undefined): { id: bigint; text: string; range: string } | undefined {
-  let found: { id: bigint; text: string; range: string } | undefined;
+function firstLiteralOutOfRange(root: Expr | undefined): { id: bigint; message: string } | undefined {
+  let found: { id: bigint; message: string } | undefined;
   forEachExpr(root, (expr) => {
     const kind = expr.exprKind;
     if (found !== undefined || kind.case !== "constExpr") return;
     const constant = kind.value.constantKind;
+    if (constant.case === "doubleValue" && !Number.isFinite(constant.value)) {
+      found = { id: expr.id, message: "double literal is out of range (a double: about ±1.8e308)" };
+      return;
+    }
     const range = constant.case === "int64Value" ? int64Range : constant.case === "uint64Value" ? uint64Range : undefined;
     if (range === undefined || typeof constant.value !== "bigint") return;
     if (constant.value < range.min || constant.value > range.max) {
-      found = { id: expr.id, text: `${constant.value}${constant.case === "uint64Value" ? "u" : ""}`, range: range.text };
+      const text = `${constant.value}${constant.case === "uint64Value" ? "u" : ""}`;
+      found = { id: expr.id, message: `integer literal ${text} is out of range (${range.text})` };
     }
   });
   return found;
