@@ -132,6 +132,13 @@ describe("a list index that is no whole number", () => {
   });
 });
 
+describe("map literals with a repeated key", () => {
+  it("are an error when an int and a uint key have one value, as keys of one type are (cel-es kept both)", () => {
+    expect(errorOf("{0: 1, 0u: 2}[0.0]")).toBe("Failed with repeated key: 0 (an int and a uint of one value are one key)");
+    expect(valueOf("{0: 1, 1u: 2}[1]")).toBe(2);
+  });
+});
+
 describe("strings ordered by code point (cel-es 0.6.1 compared UTF-16 units)", () => {
   it("puts a character beyond the BMP after U+FFFF, as cel-go does", () => {
     expect(valueOf("'😀' > '\\uffff'")).toBe(true);

@@ -1,4 +1,4 @@
-import { celError, celList, celMethod, isCelError, isCelList, isCelMap, type CelEnv, type CelFunc, type CelList, type CelResult, type CelValue } from "@bufbuild/cel";
+import { celError, celList, celMethod, isCelError, isCelList, isCelMap, isCelUint, type CelEnv, type CelFunc, type CelList, type CelResult, type CelValue } from "@bufbuild/cel";
 import { RE2JS } from "@bufbuild/re2";
 
 /**
@@ -306,9 +306,23 @@ function instructionsOf(regex: RE2JS): number {
   return program.numInst();
 }
 
-/** A list or map literal, as built: costs 1 plus its size (the rewritten plan calls it around each literal). */
+/**
+ * A list or map literal, as built: costs 1 plus its size (the rewritten plan calls it around each
+ * literal). A map literal with an int and a uint key of one value (`{0: 1, 0u: 2}`) is an error,
+ * as the CEL spec has repeated keys: cel-es refuses a repeated key of one type only, and kept
+ * both, one of them out of reach.
+ */
 export function chargeLiteral<T extends CelValue>(literal: T): T {
   charge(1 + sizeOf(literal));
+  if (isCelMap(literal) && literal.size > 1) {
+    const numbers = new Set<bigint>();
+    for (const key of literal.keys()) {
+      const number = typeof key === "bigint" ? key : isCelUint(key) ? key.value : undefined;
+      if (number === undefined) continue;
+      if (numbers.has(number)) throw new Error(`Failed with repeated key: ${number} (an int and a uint of one value are one key)`);
+      numbers.add(number);
+    }
+  }
   return literal;
 }
 
