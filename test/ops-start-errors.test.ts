@@ -1,11 +1,12 @@
 import { execFileSync } from "node:child_process";
+import { once } from "node:events";
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it, type TestContext } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { scratch } from "./support/scratch.js";
-import { listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
+import { builtCli, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
 import { startTestServer } from "./support/test-server.js";
 
 /**
@@ -236,5 +237,42 @@ describe("a key file or a database that others can read", () => {
         msg: "the database file is open to group or others: it holds personal data, webhook bodies and the hashes of client secrets; make it (and its -wal and -shm) mode 0600",
       },
     ]);
+  });
+});
+
+describe("the one-shot commands' mistakes and output", () => {
+  it("names a mistyped command as unknown (it read \"too many arguments for 'serve'\")", async () => {
+    const cli = track(spawnCli(["bootstap"], {}));
+    expect(await cli.exited).toEqual({ code: 1, signal: null });
+    expect(cli.stderr().trim()).toBe(
+      'accessd: unknown command "bootstap": the commands are serve, bootstrap, backup, rotate-data-key, rotate-signing-key, webhook (accessd --help)',
+    );
+  });
+
+  it("names an ACCESSD_* variable it does not read, and the database it wrote to (a typo of ACCESSD_DATABASE made bootstrap write ./data/accessd.db without a word)", async () => {
+    const folder = tempDir();
+    const cli = track(spawnCli(["bootstrap"], { ACCESSD_DATABASE: join(folder, "a.db"), ACCESSD_DATABSE: "/elsewhere.db" }, folder));
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    expect(cli.stderr().trim().split("\n")).toEqual([
+      "accessd: ignoring ACCESSD_* variables accessd does not read (a typo?): ACCESSD_DATABSE",
+      `accessd: created in ${join(folder, "a.db")}; store the client_secret now, it is not shown again (only its hash is kept)`,
+    ]);
+  });
+
+  it("says in one line, exit 1, when its output cannot be written, and what was done all the same (it was a stack trace)", async () => {
+    const folder = tempDir();
+    const { spawn } = await import("node:child_process");
+    // stdout a pipe whose reader has closed it: the write fails with EPIPE.
+    const child = spawn(process.execPath, [builtCli, "bootstrap"], {
+      env: { PATH: process.env.PATH ?? "", ACCESSD_DATABASE: join(folder, "a.db") },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    child.stdout.destroy();
+    let stderr = "";
+    child.stderr.on("data", (c: Buffer) => (stderr += c.toString()));
+    const [code] = (await once(child, "exit")) as [number];
+    expect(code).toBe(1);
+    expect(stderr).not.toContain("    at ");
+    expect(stderr).toMatch(/^accessd: the output could not be written to stdout \(EPIPE\); the client \S+ was created in \S+, and its secret is lost: delete it \(DELETE \/api\/v1\/iam\/clients\/\S+\) and bootstrap again$/m);
   });
 });

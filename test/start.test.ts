@@ -57,7 +57,9 @@ describe("npm start (accessd serve)", () => {
       scripts: Record<string, string>;
       bin: Record<string, string>;
     };
-    expect(pkg.scripts.start).toBe("node dist/src/cli/main.js serve");
+    // exec: the shell npm runs the script in becomes the server, so npm's SIGTERM reaches it (the
+    // shell died of it and left the server running on, orphaned).
+    expect(pkg.scripts.start).toBe("exec node dist/src/cli/main.js serve");
     expect(pkg.bin.accessd).toBe("dist/src/cli/main.js");
     expect(pkg.scripts.bench).toBe("tsx bench/run.ts");
   });
@@ -89,6 +91,26 @@ describe("npm start (accessd serve)", () => {
     expect(got.status).toBe(200);
     second.cli.child.kill("SIGTERM");
     expect((await second.cli.exited).code).toBe(0);
+  });
+
+  it("stops when `npm start` itself gets SIGTERM (a supervisor stopping npm left the server running, orphaned, holding the lock)", async () => {
+    const { spawn } = await import("node:child_process");
+    const folder = tempDir();
+    const inherited = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("ACCESSD_") && !k.startsWith("npm_")));
+    const npm = spawn("npm", ["start", "--silent"], {
+      cwd: repoRoot,
+      env: { ...inherited, ACCESSD_DATABASE: join(folder, "a.db"), ACCESSD_PORT: "0" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    npm.stdout.on("data", (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((resolve) => npm.once("exit", (code) => resolve(code)));
+    const cli: CliProcess = { child: npm, stdout: () => out, stderr: () => "", exited: exited.then((code) => ({ code, signal: null })) };
+    const port = await listeningPort(cli);
+    npm.kill("SIGTERM");
+    await exited;
+    await until("the server stopped", async () => fetch(`http://127.0.0.1:${port}/healthz`).then(() => false, () => true), 10_000);
+    expect(out).toContain("shutting down");
   });
 
   it("stops gracefully (exit 0) on a SIGTERM that comes while it is still starting", async () => {

@@ -12,6 +12,7 @@ import { rotateDataKey } from "../store/data-key-rotation.js";
 import { ServingLock } from "../store/serving-lock.js";
 import { refuseNonFileDatabase, Store } from "../store/store.js";
 import { accessdVersion } from "../version.js";
+import { printResult } from "./print-result.js";
 import { webhookCommand } from "./webhook-command.js";
 
 const program = new Command()
@@ -22,8 +23,15 @@ const program = new Command()
 program
   .command("serve", { isDefault: true })
   .description("serve gRPC, Connect and REST on one port (configured by ACCESSD_* variables)")
-  .action(async () => {
-    const config = loadConfigOrExit();
+  // The default command: a mistyped one (`accessd bootstap`) reaches it as an argument, which
+  // Commander refused as "too many arguments for 'serve'".
+  .allowExcessArguments(true)
+  .action(async (_flags: unknown, command: Command) => {
+    if (command.args.length > 0) {
+      const names = program.commands.map((c) => c.name()).join(", ");
+      throw new Error(`unknown command ${JSON.stringify(command.args[0])}: the commands are ${names} (accessd --help)`);
+    }
+    const config = loadConfigOrExit("serve");
     const log = createLogger(config.logLevel, undefined, { bufferBytes: config.logBufferBytes });
     const unknown = unknownConfigVariables();
     if (unknown.length > 0) log.warn({ variables: unknown }, "ignoring ACCESSD_* variables accessd does not read (a typo?)");
@@ -72,10 +80,11 @@ program
     const store = Store.open(config.database);
     try {
       const created = await createSuperAdminClient(store, systemClock);
-      process.stdout.write(
-        `${JSON.stringify({ client_id: created.clientId, client_secret: created.clientSecret, user_id: created.userId })}\n`,
+      printResult(
+        JSON.stringify({ client_id: created.clientId, client_secret: created.clientSecret, user_id: created.userId }),
+        `the client ${created.clientId} was created in ${config.database}, and its secret is lost: delete it (DELETE /api/v1/iam/clients/${created.clientId}) and bootstrap again`,
       );
-      process.stderr.write("accessd: store the client_secret now; it is not shown again (only its hash is kept)\n");
+      process.stderr.write(`accessd: created in ${config.database}; store the client_secret now, it is not shown again (only its hash is kept)\n`);
     } finally {
       await store.close();
       lock.release();
@@ -96,7 +105,7 @@ program
     } catch (e) {
       exitOnConfigError(e); // a data key that does not open the database: exit 2, like the server's start
     }
-    process.stdout.write(`${JSON.stringify(result)}\n`);
+    printResult(JSON.stringify(result), `the copy was written to ${file}`);
     if (result.keyFile === undefined) {
       process.stderr.write("accessd: the data key is ACCESSD_DATA_KEY: keep it with the backup, which cannot be opened without it\n");
     }
@@ -117,7 +126,7 @@ program
       exitOnConfigError(e);
     }
     const rotation = await rotateDataKey(config.database, { current: config.dataKey, next }).catch(exitOnConfigError);
-    process.stdout.write(`${JSON.stringify(rotation)}\n`);
+    printResult(JSON.stringify(rotation), "the data key was rotated");
     const discarded = rotation.discardedNextKeyFile;
     if (discarded !== undefined) {
       process.stderr.write(
@@ -143,7 +152,7 @@ program
     const config = loadConfigOrExit();
     const endOldTokens = flags.endOldTokens === true;
     const rotation = await rotateSigningKey(config.database, { dataKey: config.dataKey, endOldTokens, clock: systemClock }).catch(exitOnConfigError);
-    process.stdout.write(`${JSON.stringify(rotation)}\n`);
+    printResult(JSON.stringify(rotation), "the new signing key was added");
     process.stderr.write(
       endOldTokens
         ? "accessd: start the server to sign with the new key; every token issued before is refused from then on. " +
@@ -152,12 +161,23 @@ program
     );
   });
 
-function loadConfigOrExit() {
+/**
+ * The configuration, or exit 2 on a bad setting. A command other than `serve` (which logs it)
+ * names on stderr the ACCESSD_* variables accessd does not read: a typo of ACCESSD_DATABASE made
+ * `bootstrap` write a new ./data/accessd.db without a word.
+ */
+function loadConfigOrExit(command = "") {
+  let config;
   try {
-    return loadConfig();
+    config = loadConfig();
   } catch (e) {
     return exitOnConfigError(e);
   }
+  const unknown = unknownConfigVariables();
+  if (command !== "serve" && unknown.length > 0) {
+    process.stderr.write(`accessd: ignoring ACCESSD_* variables accessd does not read (a typo?): ${unknown.join(", ")}\n`);
+  }
+  return config;
 }
 
 /**

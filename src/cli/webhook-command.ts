@@ -2,6 +2,7 @@ import { createPrivateKey, type KeyObject } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { Command, InvalidArgumentError, Option } from "commander";
 import { checkEventId } from "../webhooks/event-id.js";
+import { printResult } from "./print-result.js";
 import { algorithmOfKey, allowedJwtAlgorithms, signHmacWebhook, signJwtWebhook, type JwtAlgorithm, type SignedHeaders } from "../webhooks/index.js";
 
 interface SignFlags {
@@ -32,7 +33,7 @@ export function webhookCommand(): Command {
     .description("print the headers of a signed webhook request (one `Name: value` per line)")
     .action(async (flags: SignFlags) => {
       const { headers } = await signedRequest(flags);
-      for (const [name, value] of Object.entries(headers)) process.stdout.write(`${name}: ${value}\n`);
+      printResult(Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join("\n"), "nothing was sent");
     });
   withSigningOptions(webhook.command("send"))
     .description("sign and POST a webhook; prints the status and the answer, exits 1 unless 2xx")
@@ -40,7 +41,7 @@ export function webhookCommand(): Command {
     .action(async (flags: SendFlags) => {
       const { headers, body } = await signedRequest(flags);
       const { status, text } = await post(flags.url, headers, body, flags.timeout);
-      process.stdout.write(`${status} ${text}\n`);
+      printResult(`${status} ${text}`, "the request was sent");
       if (status < 200 || status > 299) process.exitCode = 1;
     });
   return webhook;
@@ -54,7 +55,14 @@ export function webhookCommand(): Command {
  */
 async function post(url: string, headers: SignedHeaders, body: Buffer, timeoutSeconds: number): Promise<{ status: number; text: string }> {
   try {
-    const response = await fetch(url, { method: "POST", headers: { ...headers }, body, signal: AbortSignal.timeout(timeoutSeconds * 1000) });
+    // A redirect is reported, not followed: a 301 or 302 turned the POST into a GET (the listener
+    // answered 405), and a 307 failed on the body already sent.
+    const response = await fetch(url, { method: "POST", headers: { ...headers }, body, signal: AbortSignal.timeout(timeoutSeconds * 1000), redirect: "manual" });
+    const location = response.headers.get("location");
+    if (response.status >= 300 && response.status < 400 && location !== null) {
+      await response.body?.cancel();
+      return { status: response.status, text: `redirect to ${location}, not followed: a listener's URL is the one it names (endpointUrl)` };
+    }
     return { status: response.status, text: await response.text() };
   } catch (e) {
     if (e instanceof DOMException && e.name === "TimeoutError") {
