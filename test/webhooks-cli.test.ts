@@ -28,6 +28,26 @@ describe("accessd webhook sign|send", () => {
     expect(refused.stdout()).toMatch(/^401 \{"code":"unauthenticated"/);
   });
 
+  it("reports a redirect and does not follow it (a 302 turned the POST into a GET, a 307 failed on the body)", async () => {
+    const { createServer: createHttpServer } = await import("node:http");
+    const redirector = createHttpServer((req, res) => {
+      req.resume();
+      res.writeHead(req.url === "/307" ? 307 : 302, { location: hook.postUrl }).end();
+    });
+    redirector.listen(0, "127.0.0.1");
+    await once(redirector, "listening");
+    const base = `http://127.0.0.1:${(redirector.address() as AddressInfo).port}`;
+    try {
+      for (const [path, status] of [["/302", 302], ["/307", 307]] as const) {
+        const cli = spawnCli(["webhook", "send", "--url", `${base}${path}`, "--data", "{}", "--secret", hook.secret], {});
+        expect((await cli.exited).code).toBe(1);
+        expect(cli.stdout()).toBe(`${status} redirect to ${hook.postUrl}, not followed: a listener's URL is the one it names (endpointUrl)\n`);
+      }
+    } finally {
+      redirector.close();
+    }
+  });
+
   it("prints the headers of a JWT webhook with every claim", async () => {
     const pem = join(keyDir(), "key.pem");
     writeFileSync(pem, generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ type: "pkcs8", format: "pem" }));
