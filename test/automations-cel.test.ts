@@ -210,11 +210,11 @@ describe("a runaway expression", () => {
       { name: "runaway", log: { messageCel: 'ctx.trigger.xs.map(x, ctx.trigger.s.replace("s", ctx.trigger.s)).size()' } },
       { name: "after", log: { messageCel: '"not reached"' } },
     ]);
-    const trigger = { text: "line\n".repeat(100_000), s: "s".repeat(10_000), xs: Array.from({ length: 100 }, (_, i) => i) };
+    const trigger = { text: "line\n".repeat(8_000), s: "s".repeat(10_000), xs: Array.from({ length: 100 }, (_, i) => i) };
     const execution = await executeToEnd(server, automationId, trigger);
     expect(execution.state).toBe("FAILED");
     expect(execution.steps).toEqual([
-      { name: "clean", state: "SUCCEEDED", output: 500_000, error: undefined },
+      { name: "clean", state: "SUCCEEDED", output: 40_000, error: undefined },
       { name: "runaway", state: "FAILED", output: undefined, error: expect.stringContaining(`messageCel: the expression's calls cost more than ${compiledExpression.maxEvaluationCost}`) },
       { name: "after", state: "PENDING", output: undefined, error: undefined },
     ]);
@@ -223,12 +223,14 @@ describe("a runaway expression", () => {
 
   it(`fails a log step whose output would pass ${maxExecutionOutputChars} characters of JSON, and keeps one that echoes a large trigger`, async () => {
     const automationId = await createAutomation(server, [
-      { name: "echo", log: { messageCel: "ctx.trigger.s" } },
+      // A 300 KB string from a 30 KB context (an Execute's context is at most 64 KiB).
+      { name: "echo", log: { messageCel: 'ctx.trigger.ten.map(x, ctx.trigger.s).join("")' } },
       // 1,600 references to one 300 KB string: a 480 MB output, stored and answered on every Get, without the bound.
-      { name: "repeated", log: { messageCel: "ctx.trigger.xs.map(a, ctx.trigger.xs.map(b, ctx.trigger.s))" } },
+      { name: "repeated", log: { messageCel: "ctx.trigger.xs.map(a, ctx.trigger.xs.map(b, ctx.echo))" } },
     ]);
     const s = "s".repeat(300_000);
-    const execution = await executeToEnd(server, automationId, { xs: Array.from({ length: 40 }, (_, i) => i), s });
+    const ten = Array.from({ length: 10 }, (_, i) => i);
+    const execution = await executeToEnd(server, automationId, { xs: Array.from({ length: 40 }, (_, i) => i), ten, s: "s".repeat(30_000) });
     expect(execution.state).toBe("FAILED");
     expect(execution.steps).toEqual([
       { name: "echo", state: "SUCCEEDED", output: s, error: undefined },
@@ -244,10 +246,12 @@ describe("a runaway expression", () => {
   it(`bounds the outputs of all the steps of an execution together to ${maxExecutionOutputChars} characters, also across a restart`, async () => {
     // 100 steps echoing a 1 MB trigger made a 100 MB execution; 25 of them in a page of the
     // listing exhausted the heap.
-    const steps = Array.from({ length: 10 }, (_, i) => ({ name: `echo${i}`, log: { messageCel: "ctx.trigger.s" } }));
+    // A 300 KB string built from a 30 KB context, then echoed by the other nine steps.
+    const big = { name: "big", log: { messageCel: 'ctx.trigger.ten.map(x, ctx.trigger.s).join("")' } };
+    const steps = [big, ...Array.from({ length: 9 }, (_, i) => ({ name: `echo${i}`, log: { messageCel: "ctx.big" } }))];
     const automationId = await createAutomation(server, steps);
     const s = "s".repeat(300_000);
-    const execution = await executeToEnd(server, automationId, { s });
+    const execution = await executeToEnd(server, automationId, { s: "s".repeat(30_000), ten: Array.from({ length: 10 }, (_, i) => i) });
     expect(execution.state).toBe("FAILED");
     expect(execution.steps.map((step) => step.state)).toEqual(["SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "FAILED", ...Array(6).fill("PENDING")]);
     expect(execution.steps[3]?.error).toBe(
@@ -269,13 +273,14 @@ describe("a runaway expression", () => {
     expect(((await res.json()) as { message: string }).message).toContain(`nested more than ${compiledExpression.maxExpressionDepth} levels deep`);
   });
 
-  it("counts an output's strings as JSON writes them: 60,000 control characters are 360,000 characters, not 60,000 (an execution's outputs reached 6 MB)", async () => {
+  it("counts an output's strings as JSON writes them: 180,000 control characters are 1,080,000 characters, not 180,000 (an execution's outputs reached 6 MB)", async () => {
     const id = await createAutomation(server, [{ name: "escaped", log: { messageCel: 'ctx.trigger.l.map(x, ctx.trigger.s).join("")' } }]);
-    const run = await executeToEnd(server, id, { s: "\u0001".repeat(60_000), l: Array(17).fill(0) });
+    // The context (10,000 control characters, 60,000 bytes of JSON) within an Execute's 65 KiB.
+    const run = await executeToEnd(server, id, { s: "\u0001".repeat(10_000), l: Array(18).fill(0) });
     expect(run.state).toBe("FAILED");
     expect(run.steps[0]?.error).toMatch(/^messageCel: the output would take the execution's step outputs past 1048576 characters of JSON/);
-    // Within the limit as JSON writes it: 2 x 60,000 x 6 characters and the quotes.
-    expect((await executeToEnd(server, id, { s: "\u0001".repeat(60_000), l: [0, 0] })).state).toBe("SUCCEEDED");
+    // Within the limit as JSON writes it: 17 x 10,000 x 6 characters and the quotes.
+    expect((await executeToEnd(server, id, { s: "\u0001".repeat(10_000), l: Array(17).fill(0) })).state).toBe("SUCCEEDED");
   });
 
   it(`fails a step whose output nests lists and maps deeper than ${maxJsonDepth} levels (its execution could not be read: 500 on every Get)`, async () => {

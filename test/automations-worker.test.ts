@@ -196,6 +196,22 @@ describe("ExecutionRunner", () => {
     );
   });
 
+  it("cuts a log line's output to 4,096 characters (a list or map: of its JSON), saying how much was left out (100 steps echoing a 10 KB context wrote 1 MB of log a run), and keeps a short one whole", () => {
+    const echo = (name: string, messageCel: string): StepDefinition => ({ name, skipIfTrueCel: "", action: { kind: "log", messageCel } });
+    const { store, automationId } = storeWithAutomation([echo("text", "ctx.trigger.s"), echo("object", "{'s': ctx.trigger.s}"), echo("short", "{'n': 1}")]);
+    const writes: string[] = [];
+    const capturing = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void writes.push(chunk.toString())) }));
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log: capturing, programs: new ProgramCache() });
+    store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: { s: "x".repeat(10_000) } }));
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
+    const lines = writes.join("").trim().split("\n").map((line) => JSON.parse(line) as { step: string; message: unknown });
+    expect(lines.map(({ step, message }) => ({ step, message }))).toEqual([
+      { step: "text", message: `${"x".repeat(4_096)}… (5904 more characters)` },
+      { step: "object", message: `{"s":"${"x".repeat(4_090)}… (5912 more characters)` },
+      { step: "short", message: { n: 1 } },
+    ]);
+  });
+
   it("ends FAILED, alone, an execution whose unit throws something that is neither a step failure nor the store's, and runs the others", () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
     const clock = new ManualClock(1_000);

@@ -85,6 +85,23 @@ export function outputChars(json: JsonValue): number {
   return chars;
 }
 
+/**
+ * Whether `json` counts at most `limit` characters (outputChars' measure), found without walking
+ * past the limit: an output of 1 MiB is looked at only as far as its first `limit` characters.
+ */
+export function outputCharsWithin(json: JsonValue, limit: number): boolean {
+  const left = { chars: limit };
+  const fits = (value: JsonValue): boolean => {
+    if (typeof value === "string") left.chars -= jsonStringChars(value) + 1;
+    else left.chars -= 8;
+    if (left.chars < 0) return false;
+    if (Array.isArray(value)) return value.every(fits);
+    if (value === null || typeof value !== "object") return true;
+    return Object.entries(value).every(([key, item]) => (left.chars -= jsonStringChars(key) + 1) >= 0 && fits(item));
+  };
+  return fits(json);
+}
+
 /** Needs JSON escaping: a quote, a backslash, a control character, half of a surrogate pair (maybe lone). */
 const escapedInJson = /["\\\u0000-\u001f\ud800-\udfff]/;
 

@@ -43,6 +43,8 @@ export interface RestTranscoderOptions {
   maxBodyBytes: number;
   /** As ConnectHandlersOptions' `checkBearer`: a call refused so is not parsed (its body thrown away). */
   checkBearer?: (authorization: string | null) => Promise<VerifiedToken | ConnectError>;
+  /** As ConnectHandlersOptions' `bodyLimits`, by the RPC's request path. */
+  bodyLimits?: ReadonlyMap<string, number>;
 }
 
 /**
@@ -180,7 +182,7 @@ export class RestTranscoder {
     }
     const charset = contentType === undefined ? undefined : nonUtf8Charset(contentType);
     if (charset !== undefined) throw new RestRequestError(`JSON bodies are read as UTF-8: charset=${charset} is not taken`, 415);
-    const bytes = await readBody(req, this.options.maxBodyBytes);
+    const bytes = await readBody(req, this.options.bodyLimits?.get(route.handler.requestPath) ?? this.options.maxBodyBytes);
     if (bytes.length === 0) return {};
     // A leading byte order mark is dropped (TextDecoder's default), as Connect's decoder and the
     // webhooks do (RFC 8259 8.1 lets a parser ignore it), so a body reads the same on every protocol.
