@@ -322,9 +322,10 @@ export class HttpServer {
     }
     // Counted and logged as an unknown /api/ path is (operation "unknown"): a Connect client with
     // a misspelt method, or a proxy sending the wrong prefix, shows in the metrics and the log.
-    if (rpcPath.test(path)) facts.protocol = protocol;
+    const rpcShaped = rpcPath.test(path);
+    if (rpcShaped) facts.protocol = protocol;
     this.observeApiAnswer(res, facts);
-    if (rpcPath.test(path)) {
+    if (rpcShaped) {
       // A Connect call to a method the server does not have: `unimplemented`, as gRPC is told, in
       // a 404, which Connect clients that read only the status map to `unimplemented` too.
       writeJsonError(res, Code.Unimplemented, `unknown method ${path}`, 404);
