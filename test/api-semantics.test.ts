@@ -96,4 +96,18 @@ describe("an entitlement's slug, when none is given", () => {
     expect(await slugOf("Billing Admin", "   ")).toBe("billing-admin"); // white space is no slug
     expect(await slugOf("Billing Admin", "custom")).toBe("custom");
   });
+
+  it("is derived again from the name when an Update sets it to empty or white space (white space was stored as the slug)", async () => {
+    const app = (await (await server.call("POST", "/api/v1/apps", { displayName: "Slugs again" })).json()) as { app: { id: string } };
+    const created = (await (await server.call("POST", `/api/v1/apps/${app.app.id}/entitlements`, { displayName: "Lecture", slug: "read" })).json()) as {
+      appEntitlement: { id: string };
+    };
+    const path = `/api/v1/apps/${app.app.id}/entitlements/${created.appEntitlement.id}`;
+    for (const body of [{ appEntitlement: { slug: "   " } }, { appEntitlement: { slug: "" }, updateMask: "slug" }, { appEntitlement: { displayName: "Écriture", slug: " " }, updateMask: "displayName,slug" }]) {
+      const res = await server.call("POST", path, body);
+      expect(res.status).toBe(200);
+      const { appEntitlement } = (await res.json()) as { appEntitlement: { displayName: string; slug: string } };
+      expect(appEntitlement.slug).toBe(appEntitlement.displayName === "Écriture" ? "ecriture" : "lecture");
+    }
+  });
 });

@@ -89,7 +89,11 @@ export function appEntitlementsService({
           entitlement.displayName = requireField(given?.displayName, "appEntitlement.displayName");
         }
         if (write.has("description")) entitlement.description = limitText(given?.description, "appEntitlement.description", maxDescriptionLength);
-        if (write.has("slug")) entitlement.slug = limitText(given?.slug, "appEntitlement.slug");
+        if (write.has("slug")) {
+          // Empty or white space: derived from the name, as on Create (white space was stored as the slug).
+          const slug = limitText(given?.slug, "appEntitlement.slug");
+          entitlement.slug = slug.trim() !== "" ? slug : slugify(entitlement.displayName);
+        }
         entitlement.updatedAt = clock.now();
         store.appEntitlements.update(entitlement);
         return { appEntitlement: appEntitlementMessage(entitlement) };
