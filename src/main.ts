@@ -3,6 +3,7 @@ import type { DescMethod } from "@bufbuild/protobuf";
 import { Automations } from "../gen/svc/api/automations/v1/automation_pb.js";
 import BetterSqlite3 from "better-sqlite3";
 import { registerApiServices } from "./api/index.js";
+import { maxExecuteRequestBytes } from "./api/automations-service.js";
 import { enqueueExecution, ExecutionWorker, ProgramCache } from "./automations/index.js";
 import {
   AccessTokens,
@@ -37,10 +38,6 @@ import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
 import { accessdVersion } from "./version.js";
 import { checkDataKey, holdsSealedSecrets, modeOpenToOthers, resolveDataKey } from "./store/data-key.js";
 import { createWebhooks } from "./webhooks/index.js";
-import { maxWebhookBodyBytes } from "./webhooks/body-reader.js";
-
-/** An Execute request: a context as large as a webhook body, and 1 KiB for the automation's id and the field names. */
-export const maxExecuteRequestBytes = maxWebhookBodyBytes + 1024;
 
 export interface Accessd {
   address: AddressInfo;
@@ -182,10 +179,8 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   // Every API call's token is checked before its body is read, so no body is decoded for a caller
   // without one (authorization-interceptor.ts).
   const checkBearer = (authorization: string | null) => verifyBearer(authorization, tokens);
-  // An Execute's context is an execution's trigger, as a webhook body is: at most as large (plus
-  // the request's own fields). At the API's 1 MiB, a context of small values held the thread
-  // 260-760 ms to decode, and a few callers in a loop stalled every other request for seconds.
-  const bodyLimits = new Map([[`/${Automations.typeName}/${Automations.method.execute.name}`, maxExecuteRequestBytes]]);
+  // REST reads bodies itself: Execute's limit (registerApiServices gives it to connect-es).
+  const restBodyLimits = new Map([[`/${Automations.typeName}/${Automations.method.execute.name}`, maxExecuteRequestBytes]]);
   const connect = new ConnectHandlers({
     // Logging outermost, so refused calls (401/403) are logged too; a failing store is UNAVAILABLE
     // (503) in the log, the metrics and the answer, also when the principal's read fails;
@@ -199,7 +194,6 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     ],
     maxBodyBytes: config.apiMaxBodyBytes,
     checkBearer,
-    bodyLimits,
     log,
     routes: (router) => registerApiServices(router, { store, clock, pageTokens, automations }, webhooks.secrets),
   });
@@ -208,7 +202,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   if (requiredRoles.undeclared.length > 0) {
     log.warn({ operations: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
   }
-  const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes, checkBearer, bodyLimits });
+  const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes, checkBearer, bodyLimits: restBodyLimits });
   const apiServices = [...new Set(connect.handlers.map((h) => h.service))];
   // Health and reflection answer without a token (probes, grpcurl): their own router, no authorization.
   const publicConnect = new ConnectHandlers({

@@ -11,7 +11,7 @@ import { appEntitlementsService } from "./app-entitlements-service.js";
 import { appsService } from "./apps-service.js";
 import { automationExecutionsService } from "./automation-executions-service.js";
 import { automationWebhooksService } from "./automation-webhooks-service.js";
-import { automationsService } from "./automations-service.js";
+import { automationsService, maxExecuteRequestBytes } from "./automations-service.js";
 import { clientsService } from "./clients-service.js";
 import type { WebhookSecretStore } from "../webhooks/index.js";
 import type { ServiceContext } from "./service-context.js";
@@ -22,14 +22,18 @@ export type { ServiceContext } from "./service-context.js";
 /**
  * Registers every API service of the contract on the router. Automations is served by two
  * partial implementations merged here: automations-service.ts and automation-webhooks-service.ts
- * (RotateWebhookSecret, ListWebhookDeliveries).
+ * (RotateWebhookSecret, ListWebhookDeliveries); its Execute takes at most maxExecuteRequestBytes.
  */
 export function registerApiServices(router: ConnectRouter, context: ServiceContext, webhookSecrets: WebhookSecretStore): void {
   router.service(Apps, appsService(context));
   router.service(AppEntitlements, appEntitlementsService(context));
   router.service(AppEntitlementOwners, appEntitlementOwnersService(context));
   router.service(Users, usersService(context));
-  router.service(Automations, { ...automationsService(context), ...automationWebhooksService(context, webhookSecrets) });
+  const automations = { ...automationsService(context), ...automationWebhooksService(context, webhookSecrets) };
+  router.service(Automations, automations);
+  // Execute again on its own, with a smaller body limit, which connect-es applies to a compressed
+  // body once decompressed too (ConnectHandlers keeps this handler, the later one of its path).
+  router.rpc(Automations.method.execute, automations.execute, { readMaxBytes: maxExecuteRequestBytes });
   router.service(AutomationExecutions, automationExecutionsService(context));
   router.service(Clients, clientsService(context));
 }

@@ -28,8 +28,6 @@ export interface ConnectHandlersOptions {
    * its body thrown away undecoded (`RequestFacts.bearer`).
    */
   checkBearer?: (authorization: string | null) => Promise<VerifiedToken | ConnectError>;
-  /** A smaller body limit than `maxBodyBytes` for some procedures, by request path (see `main.ts`). */
-  bodyLimits?: ReadonlyMap<string, number>;
 }
 
 /**
@@ -51,7 +49,9 @@ export class ConnectHandlers {
       jsonOptions: { ignoreUnknownFields: false },
     });
     options.routes(router);
-    this.handlers = router.handlers;
+    // A method registered again on its own (with options of its own, such as a smaller body limit)
+    // takes the place of the one its service registered, in the router's order.
+    this.handlers = [...new Map(router.handlers.map((h) => [h.requestPath, h])).values()];
     this.byPath = new Map(router.handlers.map((h) => [h.requestPath, h]));
     this.operations = new Map(router.handlers.map((h) => [h.requestPath, operationName(h.method)]));
   }
@@ -77,8 +77,7 @@ export class ConnectHandlers {
       facts.bearer = await this.options.checkBearer(uReq.header.get("authorization"));
       if (facts.bearer instanceof ConnectError) uReq = await withEmptyMessage(uReq, req, this.options.maxBodyBytes);
     }
-    const limit = this.options.bodyLimits?.get(path);
-    if (limit !== undefined) uReq = withBodyLimit(uReq, limit, operationName(handler.method));
+
     try {
       let uRes = await asApiRefusal(await handler(uReq), path);
       // Answered already: the request deadline cut the body with 408 while connect-es read it.
@@ -163,33 +162,4 @@ async function withEmptyMessage(uReq: UniversalServerRequest, req: NodeRequest, 
       yield body;
     })(),
   };
-}
-
-/**
- * `uReq` whose body is refused with RESOURCE_EXHAUSTED once more than `limit` bytes of it came
- * (before connect-es decodes any of it; its own limit is the router's).
- */
-function withBodyLimit(uReq: UniversalServerRequest, limit: number, operation: string): UniversalServerRequest {
-  const body = uReq.body;
-  if (!isAsyncIterable(body)) return uReq;
-  return {
-    ...uReq,
-    body: (async function* () {
-      let size = 0;
-      for await (const chunk of body) {
-        size += chunk.byteLength;
-        if (size > limit) throw bodyOverLimit(operation, limit);
-        yield chunk;
-      }
-    })(),
-  };
-}
-
-/** The refusal of a body over a procedure's own limit, on every protocol (REST: 413). */
-export function bodyOverLimit(operation: string, limit: number): ConnectError {
-  return new ConnectError(`a ${operation} request is at most ${limit} bytes`, Code.ResourceExhausted);
-}
-
-function isAsyncIterable(value: unknown): value is AsyncIterable<Uint8Array> {
-  return typeof value === "object" && value !== null && Symbol.asyncIterator in value;
 }
