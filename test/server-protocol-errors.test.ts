@@ -28,5 +28,10 @@ describe("an RPC's outcome code", () => {
     const aborted = new AbortController();
     aborted.abort(new ConnectError("gone", Code.Canceled));
     expect(outcomeCodeName(new Error("a bug"), aborted.signal)).toBe("canceled");
+    // A deadline that passed: the client is answered the error the call ended with (it was counted deadline_exceeded).
+    const late = new AbortController();
+    late.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+    expect(outcomeCodeName(new ConnectError("missing bearer token", Code.Unauthenticated), late.signal)).toBe("unauthenticated");
+    expect(outcomeCodeName(new ConnectError("the operation timed out", Code.DeadlineExceeded), late.signal)).toBe("deadline_exceeded");
   });
 });

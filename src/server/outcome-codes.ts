@@ -19,7 +19,7 @@ export function codeOfName(name: string): Code {
 
 /**
  * The code an RPC that failed is logged and counted under: the one answered. Once its client went away (its request
- * signal aborted) that is the reason the signal gives, `canceled` for a reset or a closed
+ * signal aborted, not by a deadline) that is the reason the signal gives, `canceled` for a reset or a closed
  * connection, whatever error the handler met on its way out: connect-es reported a Watch stream
  * reset before its request message arrived as `unimplemented` ("missing input message").
  */
@@ -28,7 +28,13 @@ export function outcomeCodeName(error: unknown, signal: AbortSignal): string {
   // going away can reach the handler as "Premature close" before the signal aborts.
   const prematureClose = (e: unknown): boolean => (e as { code?: unknown } | undefined)?.code === "ERR_STREAM_PREMATURE_CLOSE";
   if (prematureClose(error) || prematureClose((error as { cause?: unknown } | undefined)?.cause)) return codeName(Code.Canceled);
-  if (signal.aborted) return codeName(ConnectError.from(signal.reason).code);
+  if (signal.aborted) {
+    const reason = ConnectError.from(signal.reason);
+    // A deadline that passed leaves the client there, answered the error the call ended with (a
+    // call without a token and `connect-timeout-ms: 0` was told unauthenticated, counted
+    // deadline_exceeded).
+    if (reason.code !== Code.DeadlineExceeded || !(error instanceof ConnectError)) return codeName(reason.code);
+  }
   // connect-es answers anything but a ConnectError as `internal` ("internal error"), on every
   // protocol: counted so too (ConnectError.from calls it `unknown`, and the log and the metrics
   // said unknown where the client was told internal).
