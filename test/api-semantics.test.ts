@@ -93,6 +93,9 @@ describe("an entitlement's slug, when none is given", () => {
     expect(await slugOf("Éditeur Général")).toBe("editeur-general");
     expect(await slugOf("Ünïcödé — Über, 2")).toBe("unicode-uber-2");
     expect(await slugOf("管理者 2")).toBe("管理者-2");
+    expect(await slugOf("データ管理")).toBe("データ管理"); // kana voicing marks stay with their letters ("テ-ータ")
+    expect(await slugOf("हिन्दी एडमिन")).toBe("हिन्दी-एडमिन");
+    expect(await slugOf("ไทย ผู้ดูแล")).toBe("ไทย-ผู้ดูแล");
     expect(await slugOf("Billing Admin", "   ")).toBe("billing-admin"); // white space is no slug
     expect(await slugOf("Billing Admin", "custom")).toBe("custom");
   });

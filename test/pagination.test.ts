@@ -411,6 +411,9 @@ describe("a search's query", () => {
     expect(await searchIds({ query: "ÅNGSTRÖM" })).toEqual([orjan]);
     expect(await searchIds({ query: "\u00e9cole" })).toEqual([ecole]); // NFC query, NFD name
     expect(await searchIds({ query: "\u00c9cole".normalize("NFD") })).toEqual([ecole]);
+    const odysseus = await create({ displayName: "ΟΔΥΣΣΕΥΣ", email: "", username: "" });
+    expect(await searchIds({ query: "ΔΥΣ" })).toEqual([odysseus]); // a final sigma in the query, a medial one in the name
+    expect(await searchIds({ query: "οδυσσευς" })).toEqual([odysseus]);
   });
 
   it("takes a search's token for the same query in another case of any letter (which finds the same users)", async () => {

@@ -19,7 +19,9 @@ function slugify(displayName: string): string {
     .normalize("NFKD")
     .replace(/[\u0300-\u036f]+/g, "") // the combining accents NFKD splits off Latin letters
     .toLowerCase()
-    .replace(/[^\p{L}\p{N}]+/gu, "-")
+    // Other marks stay with their letters (kana voicing, Indic and Thai vowel signs): as hyphens,
+    // "データ" was "テ-ータ".
+    .replace(/[^\p{L}\p{M}\p{N}]+/gu, "-")
     .replace(/^-+|-+$/g, "")
     .normalize("NFC");
 }

@@ -49,8 +49,12 @@ export interface UserSearch {
   email: string;
 }
 
-/** How a search query and the fields it is looked for in are compared: NFC, lower case. */
-export const searchFolded = (text: string): string => text.normalize("NFC").toLowerCase();
+/**
+ * How a search query and the fields it is looked for in are compared: NFC, lower case, and a
+ * final sigma as any other (toLowerCase makes Σ ς at a word's end, σ elsewhere: "ΔΥΣ" missed
+ * "ΟΔΥΣΣΕΥΣ").
+ */
+export const searchFolded = (text: string): string => text.normalize("NFC").toLowerCase().replaceAll("ς", "σ");
 
 /**
  * The search's `query` condition on a user row (named parameters `query`, folded, and `unicode`):
