@@ -101,6 +101,8 @@ describe("timestamps as the CEL spec and cel-go have them, whatever the server's
     expect(valueOf("timestamp('0050-06-01T12:00:00Z').getFullYear()")).toBe(50);
     expect(valueOf("timestamp('0050-06-01T12:00:00Z').getDayOfWeek()")).toBe(3);
     expect(valueOf("timestamp('0001-01-01T00:00:00Z').getFullYear('+01:00')")).toBe(1);
+    expect(valueOf("timestamp('0001-01-01T00:00:00Z').getFullYear('-05:00')")).toBe(0); // 1 BC is year 0, as in cel-go
+    expect(valueOf("timestamp('0001-01-01T00:00:00Z').getFullYear('America/New_York')")).toBe(0); // Intl's 1 BC was read as 1
     expect(errorOf("timestamp('2024-01-01T00:00:00Z').getHours('Mars/Olympus')")).toBe('unknown time zone "Mars/Olympus"');
   });
 

@@ -13,6 +13,7 @@ import { Metrics } from "../src/observability/metrics.js";
 import { metricsInterceptor } from "../src/observability/metrics-interceptor.js";
 import { requestFactsKey } from "../src/server/request-context.js";
 import { busyFor } from "./support/busy-thread.js";
+import { rawRequest } from "./support/raw-http.js";
 import { bootstrapAuthorization, startLoggedAccessd, startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 import { createWebhookAutomation, hmacHeaders, postWebhook } from "./support/webhook-fixtures.js";
 
@@ -232,6 +233,21 @@ describe("/metrics", () => {
     const grpc = ["grpc", "internal", 30, false];
     const connect = ["connect", "invalid_argument", 30, false];
     expect(rpcLines.map((l) => [l.protocol, l.code, l.level, "err" in l])).toEqual([grpc, grpc, connect, connect, grpc, grpc, connect, connect]);
+  });
+
+  it("logs a call without a token whose body the deadline cut as cut by its deadline, not abandoned by the client", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info", { requestTimeoutMs: 1_000 });
+    try {
+      const port = own.address.port;
+      const answer = await rawRequest(port, [
+        `POST /svc.api.app.v1.Apps/Create HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\nX-Request-Id: late-no-token\r\n\r\n{"dis`,
+      ]);
+      expect(answer?.status).toBe(408);
+      await expect.poll(() => logLines().filter((l) => l.requestId === "late-no-token").map((l) => l.msg)).toContain("request cut by its deadline before its body arrived");
+      expect(logLines().filter((l) => l.requestId === "late-no-token").map((l) => l.msg)).not.toContain("request abandoned by the client before its body arrived");
+    } finally {
+      await own.close();
+    }
   });
 
   it("ends a Watch at its deadline with DEADLINE_EXCEEDED (gRPC trailers, Connect end-stream) and counts it so, not canceled (it ended OK)", async () => {

@@ -369,7 +369,9 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     const res = await fetch(`${server.url}/svc.api.app.v1.Apps/Archive`, { method: "POST", headers: { ...server.headers, "content-type": "application/json" }, body: "{}" });
     expect(res.status).toBe(404);
     expect(await res.json()).toEqual({ code: "unimplemented", message: "unknown method /svc.api.app.v1.Apps/Archive" });
-    expect(((await (await fetch(`${server.url}/not/an-rpc`)).json()) as { code: string }).code).toBe("not_found");
+    for (const path of ["/not/an-rpc", "/openapi.json/x"]) {
+      expect(((await (await fetch(`${server.url}${path}`)).json()) as { code: string }).code, path).toBe("not_found");
+    }
   });
 
   it("names every content type an RPC takes in a 415, streams and gRPC-Web too", async () => {
@@ -393,10 +395,23 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     });
   });
 
-  it("answers an Expect other than 100-continue 417 with a JSON body (Node's was empty)", async () => {
+  it("answers an Expect other than 100-continue 417 with a JSON body, over HTTP/1.1 and HTTP/2 (Node's was empty)", async () => {
+    const refusal = { code: "failed_precondition", message: "Expect: something-else is not supported (only 100-continue)" };
     const answer = await rawRequest(server.address.port, [`GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n`]);
     expect(answer?.status).toBe(417);
-    expect(JSON.parse(answer?.body.toString() ?? "")).toEqual({ code: "failed_precondition", message: "Expect: something-else is not supported (only 100-continue)" });
+    expect(JSON.parse(answer?.body.toString() ?? "")).toEqual(refusal);
+    const client = http2Connect(server.url);
+    client.on("error", () => {});
+    try {
+      const stream = client.request({ ":method": "GET", ":path": "/healthz", expect: "something-else" });
+      const chunks: Buffer[] = [];
+      stream.on("data", (c: Buffer) => chunks.push(c));
+      const [headers] = (await once(stream, "response")) as [Record<string, string | number>];
+      await once(stream, "end");
+      expect({ status: headers[":status"], body: JSON.parse(Buffer.concat(chunks).toString()) as unknown }).toEqual({ status: 417, body: refusal });
+    } finally {
+      client.close();
+    }
   });
 
   it("answers /healthz and /readyz 405 with Allow to any method but GET and HEAD (a POST was 200)", async () => {

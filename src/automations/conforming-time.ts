@@ -76,7 +76,10 @@ function wallClock(timestamp: Timestamp, zone: string | undefined): Date {
     throw new Error(`unknown time zone ${JSON.stringify(zone)}`);
   }
   const field = (type: Intl.DateTimeFormatPartTypes) => Number(parts.find((p) => p.type === type)?.value);
-  const wall = utcDate(field("year"), field("month") - 1, field("day"));
+  // Intl counts years before 1 AD by era (1 BC is year 1 of BC); cel-go's, as ISO's, is year 0.
+  const era = parts.find((p) => p.type === "era")?.value;
+  const year = era === "BC" || era === "B" ? 1 - field("year") : field("year");
+  const wall = utcDate(year, field("month") - 1, field("day"));
   wall.setUTCHours(field("hour"), field("minute"), field("second"), ((ms % 1000) + 1000) % 1000);
   return wall;
 }
@@ -100,6 +103,7 @@ function formatter(zone: string): Intl.DateTimeFormat {
     format = new Intl.DateTimeFormat("en-US", {
       timeZone: zone,
       hourCycle: "h23",
+      era: "short",
       year: "numeric",
       month: "numeric",
       day: "numeric",

@@ -70,8 +70,8 @@ export interface UnobservedAnswer {
   seconds: number;
 }
 
-/** A path in the shape of an RPC: `/package.Service/Method`. */
-const rpcPath = /^\/[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+\/[A-Za-z_]\w*$/;
+/** A path in the shape of an RPC: `/package.Service/Method` (not `/openapi.json/x`). */
+const rpcPath = /^\/([a-z_]\w*\.)+[A-Z]\w*\/[A-Z]\w*$/;
 
 /**
  * Every API answer is an authenticated caller's view, and some carry a secret shown once (a new
@@ -122,11 +122,9 @@ export class HttpServer {
     // the connection unanswered. accessd is no proxy: 501 in the JSON error shape, then close.
     innerServers(this.server).http1?.on("connect", (req: IncomingMessage, socket: Socket) => refuseConnectMethod(req, socket));
     // An Expect other than 100-continue: Node answered a bare 417 without a body.
-    innerServers(this.server).http1?.on("checkExpectation", (req: IncomingMessage, res: NodeResponse) => {
-      writeJsonError(res, Code.FailedPrecondition, `Expect: ${cutText(String(req.headers.expect), 100)} is not supported (only 100-continue)`, 417, {
-        connection: "close",
-      });
-    });
+    const { http1, http2 } = innerServers(this.server);
+    http1?.on("checkExpectation", (req: IncomingMessage, res: NodeResponse) => refuseExpectation(req, res, { connection: "close" }));
+    http2?.on("checkExpectation", (req: NodeRequest, res: NodeResponse) => refuseExpectation(req, res, {}));
     cutIdleConnections(this.server, {
       silentMs: headersTimeoutMs(options.requestTimeoutMs),
       // Longer than the request timeout: a stream stalled mid-body is cut with 408 first (which is
@@ -220,6 +218,12 @@ export class HttpServer {
     if (e instanceof RequestTimeoutError) {
       // The request deadline cut the body and answered 408 (request-deadline.ts): the handler
       // that was reading it stops here, having done nothing.
+      this.options.log.info({ requestId, path: shownPath(path) }, "request cut by its deadline before its body arrived");
+      return;
+    }
+    if (facts.cutByDeadline === true) {
+      // The request deadline answered 408 and cut the body a route was still reading (thrown
+      // away unread, for a call without a token): not the client's going away.
       this.options.log.info({ requestId, path: shownPath(path) }, "request cut by its deadline before its body arrived");
       return;
     }
@@ -345,6 +349,11 @@ export class HttpServer {
  */
 function startHeaderTimeouts(server: ReturnType<typeof httpolyglot.createServer>): void {
   innerServers(server).http1?.emit("listening");
+}
+
+/** 417 for an `Expect` other than 100-continue (RFC 9110 10.1.1), in the JSON error shape. */
+function refuseExpectation(req: NodeRequest, res: NodeResponse, headers: Record<string, string>): void {
+  writeJsonError(res, Code.FailedPrecondition, `Expect: ${cutText(String(req.headers.expect), 100)} is not supported (only 100-continue)`, 417, headers);
 }
 
 /**
