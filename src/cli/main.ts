@@ -83,8 +83,8 @@ program
       printResult(
         JSON.stringify({ client_id: created.clientId, client_secret: created.clientSecret, user_id: created.userId }),
         `the client ${created.clientId} was created in ${config.database}, and its secret is lost: delete it (DELETE /api/v1/iam/clients/${created.clientId}) and bootstrap again`,
+        () => process.stderr.write(`accessd: created in ${config.database}; store the client_secret now, it is not shown again (only its hash is kept)\n`),
       );
-      process.stderr.write(`accessd: created in ${config.database}; store the client_secret now, it is not shown again (only its hash is kept)\n`);
     } finally {
       await store.close();
       lock.release();

@@ -2,9 +2,10 @@
  * Writes a command's result line(s) to stdout. A stdout that cannot take them (a pipe closed by
  * its reader, a full disk) is one line on stderr that says so and what was done all the same
  * (`done`: the command's work happened before its output), and exit code 1; it was Node's stack
- * trace of an unhandled 'error' event.
+ * trace of an unhandled 'error' event. `afterWritten` runs once the text is written (a note on
+ * stderr that would otherwise come before the word that the output was lost).
  */
-export function printResult(text: string, done: string): void {
+export function printResult(text: string, done: string, afterWritten?: () => void): void {
   if (!watching) {
     watching = true;
     process.stdout.on("error", (e: NodeJS.ErrnoException) => {
@@ -15,7 +16,9 @@ export function printResult(text: string, done: string): void {
     });
   }
   lastDone = done;
-  process.stdout.write(`${text}\n`);
+  process.stdout.write(`${text}\n`, (error) => {
+    if (error === null || error === undefined) afterWritten?.();
+  });
 }
 
 let watching = false;
