@@ -183,7 +183,7 @@ describe("request bodies", () => {
     expect(((await res.json()) as JsonError).code).toBe("invalid_argument");
   });
 
-  it("answers 400 to a body that is not UTF-8 (a Latin-1 'Café' was stored as 'Caf\\uFFFD')", async () => {
+  it("answers 400 to a body that is not UTF-8, on REST and Connect (a Latin-1 'Café' was stored as 'Caf\\uFFFD')", async () => {
     const res = await fetch(`${server.url}/api/v1/apps`, {
       method: "POST",
       headers: { ...server.headers, "content-type": "application/json" },
@@ -191,6 +191,19 @@ describe("request bodies", () => {
     });
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({ code: "invalid_argument", message: "request body is not valid UTF-8" });
+    // Connect's own JSON decoding read such bytes as U+FFFD too.
+    const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json" },
+      body: Buffer.from('{"displayName":"Café"}', "latin1"),
+    });
+    expect({ status: connect.status, body: await connect.json() }).toEqual({ status: 400, body: { code: "invalid_argument", message: "request body is not valid UTF-8" } });
+    const utf8 = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json" },
+      body: Buffer.from('{"displayName":"Café"}', "utf8"),
+    });
+    expect(JSON.stringify(await utf8.json())).toContain('"displayName":"Café"');
   });
 
   it("answers 415 to a JSON body declared in a charset other than UTF-8 (a UTF-16 body was read as UTF-8), as Connect does, and takes utf-8", async () => {

@@ -77,6 +77,7 @@ export class ConnectHandlers {
       facts.bearer = await this.options.checkBearer(uReq.header.get("authorization"));
       if (facts.bearer instanceof ConnectError) uReq = await withEmptyMessage(uReq, req, this.options.maxBodyBytes);
     }
+    uReq = withUtf8JsonBody(uReq);
 
     try {
       let uRes = await asApiRefusal(await handler(uReq), path);
@@ -160,6 +161,40 @@ async function withEmptyMessage(uReq: UniversalServerRequest, req: NodeRequest, 
     header,
     body: (async function* () {
       yield body;
+    })(),
+  };
+}
+
+/**
+ * `uReq` whose body, a Connect unary JSON one as sent (not compressed), is refused with
+ * `invalid_argument` as soon as it is no UTF-8: connect-es's JSON decoding (a TextDecoder that is
+ * not fatal) read such bytes as U+FFFD, and a Latin-1 "Café" was stored as "Caf\uFFFD", where
+ * REST refuses it.
+ */
+function withUtf8JsonBody(uReq: UniversalServerRequest): UniversalServerRequest {
+  const contentType = uReq.header.get("content-type") ?? "";
+  const encoding = uReq.header.get("content-encoding");
+  const body = uReq.body;
+  if (!/^application\/json\s*(;|$)/i.test(contentType) || (encoding !== null && encoding.trim().toLowerCase() !== "identity")) return uReq;
+  if (typeof body !== "object" || body === null || !(Symbol.asyncIterator in body)) return uReq;
+  const notUtf8 = () => new ConnectError("request body is not valid UTF-8", Code.InvalidArgument);
+  return {
+    ...uReq,
+    body: (async function* () {
+      const decoder = new TextDecoder("utf-8", { fatal: true });
+      for await (const chunk of body as AsyncIterable<Uint8Array>) {
+        try {
+          decoder.decode(chunk, { stream: true });
+        } catch {
+          throw notUtf8();
+        }
+        yield chunk;
+      }
+      try {
+        decoder.decode();
+      } catch {
+        throw notUtf8();
+      }
     })(),
   };
 }
