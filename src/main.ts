@@ -21,6 +21,7 @@ import { PageTokenCodec } from "./pagination/index.js";
 import { Metrics } from "./observability/metrics.js";
 import { metricsInterceptor } from "./observability/metrics-interceptor.js";
 import { metricsRoute } from "./observability/metrics-route.js";
+import { parseCidr } from "./server/cidr.js";
 import { passedDeadlineInterceptor } from "./server/deadline-interceptor.js";
 import { reusedWhenSlow } from "./observability/reused-when-slow.js";
 import { buildOpenApi, openApiRoute } from "./openapi/index.js";
@@ -130,6 +131,15 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     log.warn(
       { database: config.database, mode: databaseMode.toString(8).padStart(4, "0") },
       "the database file is open to group or others: it holds personal data, webhook bodies and the hashes of client secrets; make it (and its -wal and -shm) mode 0600",
+    );
+  }
+  // A range of every address (`0.0.0.0/0`, `::/0`) lets any sender name its own source address,
+  // past IP-restricted listeners and the token endpoint's limits: accepted, and said.
+  const everyAddress = config.trustedProxies.filter((cidr) => parseCidr(cidr)?.prefix === 0);
+  if (everyAddress.length > 0) {
+    log.warn(
+      { trustedProxies: everyAddress },
+      "ACCESSD_TRUSTED_PROXIES trusts every address: any sender's X-Forwarded-For is believed (IP-restricted listeners and the token endpoint's limits see what it says); name the proxies' own ranges",
     );
   }
   const webhooks = createWebhooks({

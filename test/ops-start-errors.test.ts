@@ -7,7 +7,7 @@ import { describe, expect, it, type TestContext } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { scratch } from "./support/scratch.js";
 import { builtCli, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
-import { startTestServer } from "./support/test-server.js";
+import { startLoggedAccessd, startTestServer } from "./support/test-server.js";
 
 /**
  * A start that cannot use its database or key file stops before it listens, with one line naming
@@ -237,6 +237,18 @@ describe("a key file or a database that others can read", () => {
         msg: "the database file is open to group or others: it holds personal data, webhook bodies and the hashes of client secrets; make it (and its -wal and -shm) mode 0600",
       },
     ]);
+  });
+});
+
+describe("ACCESSD_TRUSTED_PROXIES naming every address", () => {
+  it("is taken, with a warning at start that any sender's X-Forwarded-For is then believed (it was silent); a proxy's own range gets none", async () => {
+    const warnings = async (trustedProxies: string[]) => {
+      const { accessd, lines } = await startLoggedAccessd("warn", { trustedProxies });
+      await accessd.close();
+      return lines().filter((line) => typeof line.msg === "string" && line.msg.startsWith("ACCESSD_TRUSTED_PROXIES"));
+    };
+    expect(await warnings(["10.0.0.0/8", "0.0.0.0/0", "::/0"])).toMatchObject([{ level: 40, trustedProxies: ["0.0.0.0/0", "::/0"] }]);
+    expect(await warnings(["10.0.0.0/8"])).toEqual([]);
   });
 });
 
