@@ -1,9 +1,7 @@
 import type { AddressInfo } from "node:net";
 import type { DescMethod } from "@bufbuild/protobuf";
-import { Automations } from "../gen/svc/api/automations/v1/automation_pb.js";
 import BetterSqlite3 from "better-sqlite3";
-import { registerApiServices } from "./api/index.js";
-import { maxExecuteRequestBytes } from "./api/automations-service.js";
+import { apiBodyLimits, registerApiServices } from "./api/index.js";
 import { enqueueExecution, ExecutionWorker, ProgramCache } from "./automations/index.js";
 import {
   AccessTokens,
@@ -189,8 +187,6 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   // Every API call's token is checked before its body is read, so no body is decoded for a caller
   // without one (authorization-interceptor.ts).
   const checkBearer = (authorization: string | null) => verifyBearer(authorization, tokens);
-  // REST reads bodies itself: Execute's limit (registerApiServices gives it to connect-es).
-  const restBodyLimits = new Map([[`/${Automations.typeName}/${Automations.method.execute.name}`, maxExecuteRequestBytes]]);
   const connect = new ConnectHandlers({
     // Logging outermost, so refused calls (401/403) are logged too; a failing store is UNAVAILABLE
     // (503) in the log, the metrics and the answer, also when the principal's read fails;
@@ -212,7 +208,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   if (requiredRoles.undeclared.length > 0) {
     log.warn({ operations: requiredRoles.undeclared }, "RPCs without a required_role option are refused");
   }
-  const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes, checkBearer, bodyLimits: restBodyLimits });
+  const rest = new RestTranscoder(connect.handlers, { maxBodyBytes: config.apiMaxBodyBytes, checkBearer, bodyLimits: apiBodyLimits });
   const apiServices = [...new Set(connect.handlers.map((h) => h.service))];
   // Health and reflection answer without a token (probes, grpcurl): their own router, no authorization.
   const publicConnect = new ConnectHandlers({

@@ -184,25 +184,19 @@ describe("request bodies", () => {
   });
 
   it("answers 400 to a body that is not UTF-8, on REST and Connect (a Latin-1 'Café' was stored as 'Caf\\uFFFD')", async () => {
-    const res = await fetch(`${server.url}/api/v1/apps`, {
-      method: "POST",
-      headers: { ...server.headers, "content-type": "application/json" },
-      body: Buffer.from('{"displayName":"Café"}', "latin1"),
-    });
+    const cafe = (path: string, encoding: BufferEncoding) =>
+      fetch(`${server.url}${path}`, {
+        method: "POST",
+        headers: { ...server.headers, "content-type": "application/json" },
+        body: Buffer.from('{"displayName":"Café"}', encoding),
+      });
+    const res = await cafe("/api/v1/apps", "latin1");
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({ code: "invalid_argument", message: "request body is not valid UTF-8" });
     // Connect's own JSON decoding read such bytes as U+FFFD too.
-    const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
-      method: "POST",
-      headers: { ...server.headers, "content-type": "application/json" },
-      body: Buffer.from('{"displayName":"Café"}', "latin1"),
-    });
+    const connect = await cafe("/svc.api.app.v1.Apps/Create", "latin1");
     expect({ status: connect.status, body: await connect.json() }).toEqual({ status: 400, body: { code: "invalid_argument", message: "request body is not valid UTF-8" } });
-    const utf8 = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
-      method: "POST",
-      headers: { ...server.headers, "content-type": "application/json" },
-      body: Buffer.from('{"displayName":"Café"}', "utf8"),
-    });
+    const utf8 = await cafe("/svc.api.app.v1.Apps/Create", "utf8");
     expect(JSON.stringify(await utf8.json())).toContain('"displayName":"Café"');
   });
 

@@ -19,6 +19,15 @@ import { usersService } from "./users-service.js";
 
 export type { ServiceContext } from "./service-context.js";
 
+const executePath = `/${Automations.typeName}/${Automations.method.execute.name}`;
+
+/**
+ * The RPCs whose request bodies are held below the API's limit, by request path: registered so
+ * with connect-es (`readMaxBytes`, which also holds a compressed body once decompressed), and
+ * given to the REST transcoder, which reads bodies itself.
+ */
+export const apiBodyLimits: ReadonlyMap<string, number> = new Map([[executePath, maxExecuteRequestBytes]]);
+
 /**
  * Registers every API service of the contract on the router. Automations is served by two
  * partial implementations merged here: automations-service.ts and automation-webhooks-service.ts
@@ -33,7 +42,7 @@ export function registerApiServices(router: ConnectRouter, context: ServiceConte
   router.service(Automations, automations);
   // Execute again on its own, with a smaller body limit, which connect-es applies to a compressed
   // body once decompressed too (ConnectHandlers keeps this handler, the later one of its path).
-  router.rpc(Automations.method.execute, automations.execute, { readMaxBytes: maxExecuteRequestBytes });
+  router.rpc(Automations.method.execute, automations.execute, { readMaxBytes: apiBodyLimits.get(executePath) });
   router.service(AutomationExecutions, automationExecutionsService(context));
   router.service(Clients, clientsService(context));
 }

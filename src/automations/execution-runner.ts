@@ -393,10 +393,10 @@ function stepError(step: StepRecord): string {
  * holds all of it. Lines carried outputs whole: 100 steps echoing a 10 KB context wrote 1 MB of
  * log an execution, 4.4 GB in a minute of Executes.
  */
-export const maxLoggedOutputChars = 4_096;
+const maxLoggedOutputChars = 4_096;
 
 /** A log step's output for its line: whole when short, else (its JSON, for a list or map) cut, saying how much was left out. */
-export function loggedOutput(output: JsonValue): { message: JsonValue } {
+function loggedOutput(output: JsonValue): { message: JsonValue } {
   if (typeof output === "string") return { message: cutText(output, maxLoggedOutputChars) };
   if (output === null || typeof output !== "object" || outputCharsWithin(output, maxLoggedOutputChars)) return { message: output };
   return { message: cutText(JSON.stringify(output), maxLoggedOutputChars) };

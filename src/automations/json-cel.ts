@@ -75,14 +75,7 @@ export function celToJson(value: CelValue, maxChars = maxExecutionOutputChars): 
 
 /** The characters a JSON value counts against maxExecutionOutputChars (the measure celToJson uses). */
 export function outputChars(json: JsonValue): number {
-  if (typeof json === "string") return jsonStringChars(json) + 1;
-  let chars = 8;
-  if (Array.isArray(json)) {
-    for (const item of json) chars += outputChars(item);
-  } else if (json !== null && typeof json === "object") {
-    for (const [key, item] of Object.entries(json)) chars += jsonStringChars(key) + 1 + outputChars(item);
-  }
-  return chars;
+  return outputCharsUpTo(json, Infinity);
 }
 
 /**
@@ -90,16 +83,24 @@ export function outputChars(json: JsonValue): number {
  * past the limit: an output of 1 MiB is looked at only as far as its first `limit` characters.
  */
 export function outputCharsWithin(json: JsonValue, limit: number): boolean {
-  const left = { chars: limit };
-  const fits = (value: JsonValue): boolean => {
-    if (typeof value === "string") left.chars -= jsonStringChars(value) + 1;
-    else left.chars -= 8;
-    if (left.chars < 0) return false;
-    if (Array.isArray(value)) return value.every(fits);
-    if (value === null || typeof value !== "object") return true;
-    return Object.entries(value).every(([key, item]) => (left.chars -= jsonStringChars(key) + 1) >= 0 && fits(item));
-  };
-  return fits(json);
+  return outputCharsUpTo(json, limit) <= limit;
+}
+
+/** outputChars' count, given up as soon as it passes `limit` (what it has counted by then). */
+function outputCharsUpTo(json: JsonValue, limit: number): number {
+  let chars = typeof json === "string" ? jsonStringChars(json) + 1 : 8;
+  if (Array.isArray(json)) {
+    for (const item of json) {
+      if (chars > limit) break;
+      chars += outputCharsUpTo(item, limit - chars);
+    }
+  } else if (json !== null && typeof json === "object") {
+    for (const [key, item] of Object.entries(json)) {
+      if (chars > limit) break;
+      chars += jsonStringChars(key) + 1 + outputCharsUpTo(item, limit - chars);
+    }
+  }
+  return chars;
 }
 
 /** Needs JSON escaping: a quote, a backslash, a control character, half of a surrogate pair (maybe lone). */

@@ -52,8 +52,8 @@ export class ConnectHandlers {
     // A method registered again on its own (with options of its own, such as a smaller body limit)
     // takes the place of the one its service registered, in the router's order.
     this.handlers = [...new Map(router.handlers.map((h) => [h.requestPath, h])).values()];
-    this.byPath = new Map(router.handlers.map((h) => [h.requestPath, h]));
-    this.operations = new Map(router.handlers.map((h) => [h.requestPath, operationName(h.method)]));
+    this.byPath = new Map(this.handlers.map((h) => [h.requestPath, h]));
+    this.operations = new Map(this.handlers.map((h) => [h.requestPath, operationName(h.method)]));
   }
 
   /** The operation (`package.Service.Method`) the path names, if it names an RPC (`/package.Service/Method`). */
@@ -135,6 +135,12 @@ function respellGrpcMessage(headers: Headers | undefined): void {
   headers?.set("grpc-message", grpcMessageHeader(text));
 }
 
+/** An empty request message: JSON `{}` or no bytes, as such, or in one envelope (flags 0, its length, the message). */
+const emptyJson = new TextEncoder().encode("{}");
+const emptyProto = new Uint8Array(0);
+const emptyJsonEnvelope = new Uint8Array([0, 0, 0, 0, emptyJson.length, ...emptyJson]);
+const emptyProtoEnvelope = new Uint8Array(5);
+
 /**
  * `uReq` with an empty request message in place of the body its client sent, which is read and
  * thrown away first (`discardBody`), and without the body's `Content-Encoding` and
@@ -145,14 +151,9 @@ function respellGrpcMessage(headers: Headers | undefined): void {
 async function withEmptyMessage(uReq: UniversalServerRequest, req: NodeRequest, limit: number): Promise<UniversalServerRequest> {
   await discardBody(req, limit);
   const contentType = uReq.header.get("content-type") ?? "";
-  const payload = /json/i.test(contentType) ? new TextEncoder().encode("{}") : new Uint8Array(0);
-  let body = payload;
-  if (/^application\/(grpc|connect\+)/i.test(contentType)) {
-    // One enveloped message: flags 0 (not compressed), its length, the message.
-    body = new Uint8Array(5 + payload.length);
-    new DataView(body.buffer).setUint32(1, payload.length);
-    body.set(payload, 5);
-  }
+  const json = /json/i.test(contentType);
+  const enveloped = /^application\/(grpc|connect\+)/i.test(contentType);
+  const body = enveloped ? (json ? emptyJsonEnvelope : emptyProtoEnvelope) : json ? emptyJson : emptyProto;
   const header = new Headers(uReq.header);
   header.delete("content-encoding");
   header.delete("content-length"); // connect-es holds a body to the length it was sent with

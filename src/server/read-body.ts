@@ -41,6 +41,21 @@ export async function discardBody(req: NodeRequest, limit: number): Promise<void
   }
 }
 
+const fatalUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * A body's text, or undefined when its bytes are no UTF-8 (a decoder that is not fatal makes them
+ * U+FFFD, and a Latin-1 "Café" was stored as "Caf\uFFFD"). A leading byte order mark is dropped,
+ * as connect-es's decoder drops it (RFC 8259 8.1 lets a parser ignore it).
+ */
+export function utf8Text(bytes: Uint8Array): string | undefined {
+  try {
+    return fatalUtf8.decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
 /** What a 415 for a compressed body adds (RFC 9110 15.5.16: the codings that are accepted). */
 export const identityOnlyHeaders: Readonly<Record<string, string>> = { "accept-encoding": "identity" };
 

@@ -18,7 +18,7 @@ import { noteAnsweredCode } from "./outcome-codes.js";
 import { refusalWithCode } from "./connect-refusals.js";
 import { operationName } from "./operation-name.js";
 import { matchPathTemplate, parsePathTemplate, type PathBinding, type PathTemplate } from "./path-template.js";
-import { BodyTooLargeError, compressedBodyMessage, discardBody, identityOnlyHeaders, nonUtf8Charset, readBody, unsupportedContentEncoding } from "./read-body.js";
+import { BodyTooLargeError, compressedBodyMessage, discardBody, identityOnlyHeaders, nonUtf8Charset, readBody, unsupportedContentEncoding, utf8Text } from "./read-body.js";
 import { withRepeatedFieldsPresent } from "./rest-list-fields.js";
 import { requestFactsKey, type RequestFacts } from "./request-context.js";
 
@@ -36,6 +36,8 @@ interface RestRoute {
   pathFields: Set<string>;
   /** The request's `page_size` field, for a List or Search (found once, when the routes are built). */
   pageSizeField: DescField | undefined;
+  /** The most bytes of its body (the API's, or the RPC's own in `bodyLimits`). */
+  maxBodyBytes: number;
 }
 
 export interface RestTranscoderOptions {
@@ -66,7 +68,7 @@ export class RestTranscoder {
     handlers: readonly UniversalHandler[],
     private readonly options: RestTranscoderOptions,
   ) {
-    this.routes = handlers.flatMap((handler) => routesOf(handler));
+    this.routes = handlers.flatMap((handler) => routesOf(handler, options.bodyLimits?.get(handler.requestPath) ?? options.maxBodyBytes));
     // Most literal template first, so /api/v1/search/users beats /api/v1/users/{id}-like shapes.
     this.routes.sort((a, b) => b.template.literalCount - a.template.literalCount);
   }
@@ -182,17 +184,12 @@ export class RestTranscoder {
     }
     const charset = contentType === undefined ? undefined : nonUtf8Charset(contentType);
     if (charset !== undefined) throw new RestRequestError(`JSON bodies are read as UTF-8: charset=${charset} is not taken`, 415);
-    const bytes = await readBody(req, this.options.bodyLimits?.get(route.handler.requestPath) ?? this.options.maxBodyBytes);
+    const bytes = await readBody(req, route.maxBodyBytes);
     if (bytes.length === 0) return {};
-    // A leading byte order mark is dropped (TextDecoder's default), as Connect's decoder and the
-    // webhooks do (RFC 8259 8.1 lets a parser ignore it), so a body reads the same on every protocol.
-    let text: string;
-    try {
-      text = utf8.decode(bytes);
-    } catch {
-      // Bytes that are no UTF-8 were stored as U+FFFD (a Latin-1 "Café" became "Caf\uFFFD").
-      throw new RestRequestError("request body is not valid UTF-8");
-    }
+    // A leading byte order mark is dropped, as by Connect's decoder and the webhooks, so a body
+    // reads the same on every protocol.
+    const text = utf8Text(bytes);
+    if (text === undefined) throw new RestRequestError("request body is not valid UTF-8");
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
@@ -207,8 +204,6 @@ export class RestTranscoder {
   }
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true });
-
 class RestRequestError extends Error {
   constructor(
     message: string,
@@ -219,7 +214,7 @@ class RestRequestError extends Error {
   }
 }
 
-function routesOf(handler: UniversalHandler): RestRoute[] {
+function routesOf(handler: UniversalHandler, maxBodyBytes: number): RestRoute[] {
   return httpBindingsOfMethod(handler.method).map((binding) => {
     if (binding.body !== "" && binding.body !== "*") {
       throw new Error(`${operationName(handler.method)}: body "${binding.body}" is not supported`);
@@ -230,7 +225,7 @@ function routesOf(handler: UniversalHandler): RestRoute[] {
     );
     const pageSizeField = handler.method.input.fields.find((f) => f.name === "page_size");
     const operation = operationName(handler.method);
-    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, operation, handler, pathFields, pageSizeField };
+    return { httpMethod: binding.method, template, body: binding.body, rpc: handler.method, operation, handler, pathFields, pageSizeField, maxBodyBytes };
   });
 }
 

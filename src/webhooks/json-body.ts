@@ -1,18 +1,13 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { maxJsonDepth, nestsDeeperThan } from "../automations/json-depth.js";
 import { holdsLoneSurrogate } from "../automations/lone-surrogate.js";
+import { utf8Text } from "../server/read-body.js";
 import { badRequest, type Rejection } from "./rejection.js";
-
-const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** Stage 7: the body is UTF-8 JSON nested at most maxJsonDepth levels; any such value becomes ctx.trigger. */
 export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
-  let text: string;
-  try {
-    text = utf8.decode(body);
-  } catch {
-    return badRequest("body_not_json", "the body is not valid JSON");
-  }
+  const text = utf8Text(body);
+  if (text === undefined) return badRequest("body_not_json", "the body is not valid JSON");
   if (nestsDeeperThan(text, maxJsonDepth)) {
     return badRequest("body_too_deep", `the body nests arrays and objects deeper than ${maxJsonDepth} levels`);
   }
