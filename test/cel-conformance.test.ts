@@ -188,6 +188,25 @@ describe("the CEL source as the spec reads it (cel-es 0.6.1's parser differs)", 
     expect(valueOf("1.7e308 > 0.0")).toBe(true);
   });
 
+  const escapesNamed = String.raw`(CEL's are \\ \? \" \' \` \a \b \f \n \r \t \v, \xHH, \ooo, \uHHHH and \UHHHHHHHH)`;
+  it.each([
+    [String.raw`'\q'`, String.raw`invalid escape \q ` + escapesNamed, 1],
+    [String.raw`'ok' + '''\8'''`, String.raw`invalid escape \8 ` + escapesNamed, 10],
+    [String.raw`"\400"`, String.raw`invalid escape \400: an octal escape is three digits, \000 to \377`, 1],
+    [String.raw`'\u12'`, String.raw`invalid escape \u12: \u takes 4 hexadecimal digits`, 1],
+    [String.raw`'\x4'`, String.raw`invalid escape \x4: \x takes 2 hexadecimal digits`, 1],
+    [String.raw`'\U00110000'`, String.raw`invalid escape \U00110000: no Unicode code point is that large`, 1],
+    [String.raw`b'\u00ff'`, String.raw`invalid escape \u00ff: \u is for strings, not bytes (use \x and two hexadecimal digits, or three octal digits)`, 2],
+  ])("refuses %s, an escape the spec does not define, at its position (cel-es kept \\q and \\400 as written, read \\u12 as U+0012)", (source, message, offset) => {
+    expect(() => compileExpression(source)).toThrow(expect.objectContaining({ name: "CelSyntaxError", message, offset }));
+  });
+
+  it("reads every escape the spec defines, and none in a raw literal or a comment", () => {
+    expect(valueOf(String.raw`"\\\?\"\'\`\a\b\f\n\r\t\v"`)).toBe("\\?\"'`\x07\b\f\n\r\t\v");
+    expect(valueOf(String.raw`'\x41\X42\101\u00e9\U0001F600\377'`)).toBe("ABAé😀ÿ");
+    expect(valueOf(String.raw`string(b'\xff\377\000'.size()) + r'\q' + R"\400" // \q`)).toBe(String.raw`3\q\400`);
+  });
+
   it("takes the extremes of int and uint", () => {
     expect(valueOf("string(-9223372036854775808) + ' ' + string(9223372036854775807) + ' ' + string(18446744073709551615u)")).toBe(
       "-9223372036854775808 9223372036854775807 18446744073709551615",

@@ -109,6 +109,8 @@ export function compileExpression(source: string): CompiledExpression {
   if (tooDeepBracket !== undefined) {
     throw new CelSyntaxError(`brackets nested more than ${maxBracketDepth} deep`, tooDeepBracket);
   }
+  const invalidEscape = firstInvalidEscape(source);
+  if (invalidEscape !== undefined) throw new CelSyntaxError(invalidEscape.message, invalidEscape.offset);
   let parsed: ParsedCel;
   try {
     parsed = parse(commentsBlanked(source));
@@ -305,39 +307,84 @@ function commentsBlanked(source: string): string {
   return copied === 0 ? source : blanked + source.slice(copied);
 }
 
+/** A span of an expression's source; a literal's says how its text is read. */
+type LexicalSpan =
+  | { kind: "code" | "comment"; start: number; end: number }
+  | { kind: "literal"; start: number; end: number; quote: string; raw: boolean; bytes: boolean };
+
 /**
  * An expression's source in spans: code, comments (`//` to the end of the line) and string or
  * bytes literals (quoted '...', "...", or tripled; a raw literal's prefix, r"..." or rb'...',
- * turns escapes off). An unterminated literal runs to the end.
+ * turns escapes off; a `b` makes it bytes). A literal's span starts at its first quote; an
+ * unterminated one runs to the end.
  */
-function* lexicalSpans(source: string): Generator<{ kind: "code" | "comment" | "literal"; start: number; end: number }> {
+function* lexicalSpans(source: string): Generator<LexicalSpan> {
   let codeStart = 0;
   for (let i = 0; i < source.length; i++) {
     const c = source[i];
-    let end: number;
-    let kind: "comment" | "literal";
+    let span: LexicalSpan;
     if (c === "/" && source[i + 1] === "/") {
-      kind = "comment";
       const lineEnd = source.slice(i).search(/[\r\n]/);
-      end = lineEnd === -1 ? source.length : i + lineEnd;
+      span = { kind: "comment", start: i, end: lineEnd === -1 ? source.length : i + lineEnd };
     } else if (c === '"' || c === "'") {
-      kind = "literal";
       let prefixStart = i;
       while (prefixStart > 0 && i - prefixStart < 2 && /[rRbB]/.test(source[prefixStart - 1] ?? "")) prefixStart--;
-      const raw = /[rR]/.test(source.slice(prefixStart, i)) && (prefixStart === 0 || !/[A-Za-z0-9_]/.test(source[prefixStart - 1] ?? ""));
+      const prefix = prefixStart === 0 || !/[A-Za-z0-9_]/.test(source[prefixStart - 1] ?? "") ? source.slice(prefixStart, i) : "";
+      const raw = /[rR]/.test(prefix);
       const quote = source.startsWith(c.repeat(3), i) ? c.repeat(3) : c;
       let j = i + quote.length;
       while (j < source.length && !source.startsWith(quote, j)) j += !raw && source[j] === "\\" ? 2 : 1;
-      end = Math.min(source.length, j + quote.length);
+      span = { kind: "literal", start: i, end: Math.min(source.length, j + quote.length), quote, raw, bytes: /[bB]/.test(prefix) };
     } else {
       continue;
     }
     if (codeStart < i) yield { kind: "code", start: codeStart, end: i };
-    yield { kind, start: i, end };
-    codeStart = end;
-    i = end - 1;
+    yield span;
+    codeStart = span.end;
+    i = span.end - 1;
   }
   if (codeStart < source.length) yield { kind: "code", start: codeStart, end: source.length };
+}
+
+/**
+ * The first escape in a string or bytes literal that the CEL spec does not define, with its
+ * offset: cel-es's parser kept `'\\q'` and `'\\400'` as written, read `'\\u12'` as U+0012 and
+ * `b'\\u00ff'` as a byte, and refused `'\\x4'` with "Invalid code point NaN". The spec's escapes
+ * (cel-go's too): `\\\\ \\? \\" \\' \\` \\a \\b \\f \\n \\r \\t \\v`, `\\x` or `\\X` and two hex
+ * digits, three octal digits from `\\000` to `\\377`, and in strings only `\\u` and four hex
+ * digits or `\\U` and eight (a code point; cel-es refuses surrogates itself).
+ */
+function firstInvalidEscape(source: string): { offset: number; message: string } | undefined {
+  for (const span of lexicalSpans(source)) {
+    if (span.kind !== "literal" || span.raw) continue;
+    const bodyEnd = source.startsWith(span.quote, span.end - span.quote.length) && span.end - span.start >= 2 * span.quote.length ? span.end - span.quote.length : span.end;
+    for (let i = span.start + span.quote.length; i < bodyEnd; i++) {
+      if (source[i] !== "\\") continue;
+      const length = escapeLength(source.slice(i + 1, i + 10), span.bytes);
+      if (typeof length === "string") return { offset: i, message: length };
+      i += length;
+    }
+  }
+  return undefined;
+}
+
+/** How many characters follow the backslash of a valid escape (`after`: what follows it), or what is wrong. */
+function escapeLength(after: string, inBytes: boolean): number | string {
+  const c = after[0] ?? "";
+  if (c === "" || c === "\r" || c === "\n") return "a backslash ends the line or the literal";
+  if ("\\?\"'`abfnrtv".includes(c)) return 1;
+  const hexDigits = c === "x" || c === "X" ? 2 : c === "u" ? 4 : c === "U" ? 8 : 0;
+  const octal = /[0-7]/.test(c);
+  const shown = `\\${after.slice(0, hexDigits > 0 ? 1 + hexDigits : octal ? 3 : 1).replace(/[\s'"\\].*$/s, "")}`;
+  if (hexDigits > 0) {
+    if (inBytes && hexDigits > 2) return `invalid escape ${shown}: \\${c} is for strings, not bytes (use \\x and two hexadecimal digits, or three octal digits)`;
+    const digits = after.slice(1, 1 + hexDigits);
+    if (!new RegExp(`^[0-9a-fA-F]{${hexDigits}}$`).test(digits)) return `invalid escape ${shown}: \\${c} takes ${hexDigits} hexadecimal digits`;
+    if (parseInt(digits, 16) > 0x10ffff) return `invalid escape ${shown}: no Unicode code point is that large`;
+    return 1 + hexDigits;
+  }
+  if (octal) return /^[0-3][0-7]{2}/.test(after) ? 3 : `invalid escape ${shown}: an octal escape is three digits, \\000 to \\377`;
+  return `invalid escape ${shown} (CEL's are \\\\ \\? \\" \\' \\\` \\a \\b \\f \\n \\r \\t \\v, \\xHH, \\ooo, \\uHHHH and \\UHHHHHHHH)`;
 }
 
 const int64Range = { min: minInt64, max: maxInt64, text: "int: -2^63 to 2^63-1" };
