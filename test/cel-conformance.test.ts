@@ -16,8 +16,8 @@ const valueOf = (source: string, trigger?: unknown) => {
   if (isCelError(result)) throw result;
   return celToJson(result);
 };
-const errorOf = (source: string) => {
-  const result = run(source);
+const errorOf = (source: string, trigger?: unknown) => {
+  const result = run(source, trigger);
   return isCelError(result) ? result.message : `no error: ${JSON.stringify(celToJson(result))}`;
 };
 
@@ -146,6 +146,28 @@ describe("strings ordered by code point (cel-es 0.6.1 compared UTF-16 units)", (
     expect(valueOf("'😀' > '\\uffff'")).toBe(true);
     expect(valueOf("'\\uffff' < '😀' && '😀' >= '\\ue000' && !('😀' <= '\\uffff')")).toBe(true);
     expect(valueOf("'a' < 'b' && 'ab' > 'a' && 'a' <= 'a'")).toBe(true);
+  });
+});
+
+describe("has() as the CEL spec has it: of a map's key or a message's field, an error on anything else", () => {
+  it("tests a key of a map, the trigger's too", () => {
+    expect(valueOf("has({'a': 1, 'b': 2}.a) && !has({}.a)")).toBe(true);
+    expect(valueOf("[has(ctx.trigger.user.email), has(ctx.trigger.user.phone), has(ctx.trigger.x)]", { user: { email: "a@b" } })).toEqual([true, false, false]);
+    expect(valueOf("has(google.protobuf.Duration{seconds: 5}.seconds)")).toBe(true);
+  });
+
+  it.each([
+    ["has(ctx.trigger.user.email)", "ctx.trigger.user is a string"],
+    ["has(ctx.trigger.list.email)", "ctx.trigger.list is a list(dyn)"],
+    ["has(ctx.trigger.none.email)", "ctx.trigger.none is null"],
+    ["has('abc'.size)", '"abc" is a string'],
+  ])("%s is an error when the operand is no map (cel-es answered false)", (source, what) => {
+    expect(errorOf(source, { user: "ada", list: [1], none: null })).toBe(`has() tests a field of a map or a message: ${what}`);
+  });
+
+  it("is absorbed by || and && as other errors are", () => {
+    expect(valueOf("has(ctx.trigger.user.email) || true", { user: "ada" })).toBe(true);
+    expect(valueOf("false && has(ctx.trigger.user.email)", { user: "ada" })).toBe(false);
   });
 });
 

@@ -1,10 +1,12 @@
 import { clone, create } from "@bufbuild/protobuf";
-import { celEnv, celError, celFunc, CelScalar, listType, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
+import { celEnv, celError, celFunc, CelScalar, isCelMap, listType, mapType, parse, plan, unparse, type CelResult, type CelInput } from "@bufbuild/cel";
+import { isReflectMessage } from "@bufbuild/protobuf/reflect";
 import { strings } from "@bufbuild/cel/ext";
 import { Expr_CallSchema as CallSchema, ExprSchema, ParsedExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
 import { conformingCasts, maxInt64, maxUint64, minInt64 } from "./conforming-casts.js";
 import { conformingStrings } from "./conforming-strings.js";
 import { conformingTime } from "./conforming-time.js";
+import { aValueOf } from "./json-cel.js";
 import {
   appendToAccumulator,
   appendToAccumulatorFunction,
@@ -33,6 +35,9 @@ const iterationBudgetFunction = "accessd.comprehensionIteration";
 /** Wraps each list and map literal (by the rewritten plan): charges what the literal built, returns it. */
 const literalFunction = "accessd.literal";
 
+/** Wraps the operand of each `has()` (by the rewritten plan, with the operand's text): returns it if it is a map or a message, else an error. */
+const presenceOperandFunction = "accessd.presenceOperand";
+
 /**
  * What expressions are planned with: celEnvironment's functions with a linear `replace`, every
  * call metered, and the two functions the rewrite inserts (not in celEnvironment, so an
@@ -54,9 +59,13 @@ const plannedEnvironment = meteredCalls(
       celFunc(appendToAccumulatorFunction, [listType(CelScalar.DYN), listType(CelScalar.DYN)], listType(CelScalar.DYN), appendToAccumulator),
       celFunc(literalFunction, [listType(CelScalar.DYN)], listType(CelScalar.DYN), chargeLiteral),
       celFunc(literalFunction, [mapType(CelScalar.DYN, CelScalar.DYN)], mapType(CelScalar.DYN, CelScalar.DYN), chargeLiteral),
+      celFunc(presenceOperandFunction, [CelScalar.DYN, CelScalar.STRING], CelScalar.DYN, (operand, text) => {
+        if (isCelMap(operand) || isReflectMessage(operand)) return operand;
+        throw new Error(`has() tests a field of a map or a message: ${text} is ${aValueOf(operand)}`);
+      }),
     ],
   }),
-  new Set([iterationBudgetFunction, appendToAccumulatorFunction, literalFunction, "replace"]),
+  new Set([iterationBudgetFunction, appendToAccumulatorFunction, literalFunction, presenceOperandFunction, "replace"]),
 );
 
 /** A read of a field or key, kept to name a missing field in run-time errors. */
@@ -147,7 +156,10 @@ export function compileExpression(source: string): CompiledExpression {
  *   next iteration;
  * - a `map` or `filter` appends to its accumulator with appendToAccumulator, in place: only the
  *   comprehension sees its accumulator (cel-es binds `__result__` for the macro's own loop step,
- *   not for the expression inside it: evaluation-budget.test.ts checks that it stays so).
+ *   not for the expression inside it: evaluation-budget.test.ts checks that it stays so);
+ * - every `has(e.f)`'s operand `e` is checked to be a map or a message: the spec makes `has()`
+ *   of anything else an error, cel-es answered false (`has(ctx.trigger.user.email)` with `user`
+ *   a string, a list or null).
  */
 function forBudgetedPlanning(parsed: ParsedCel): ParsedCel {
   let nextId = 0n;
@@ -167,8 +179,23 @@ function forBudgetedPlanning(parsed: ParsedCel): ParsedCel {
     const append = accumulatorAppend(comprehension);
     if (append !== undefined) append.function = appendToAccumulatorFunction;
   });
+  checkPresenceOperands(parsed, () => nextId++);
   chargeLiterals(parsed, () => nextId++);
   return parsed;
+}
+
+/** Wraps the operand of every `has()` in a call of presenceOperandFunction, which also takes the operand's text for its message. */
+function checkPresenceOperands(parsed: ParsedCel, newId: () => bigint): void {
+  forEachExpr(parsed.expr, (expr) => {
+    const kind = expr.exprKind;
+    if (kind.case !== "selectExpr" || !kind.value.testOnly || kind.value.operand === undefined) return;
+    const operand = kind.value.operand;
+    const text = create(ExprSchema, { id: newId(), exprKind: { case: "constExpr", value: { constantKind: { case: "stringValue", value: unparse(operand) } } } });
+    kind.value.operand = create(ExprSchema, {
+      id: newId(),
+      exprKind: { case: "callExpr", value: create(CallSchema, { function: presenceOperandFunction, args: [operand, text] }) },
+    });
+  });
 }
 
 /**

@@ -1,6 +1,6 @@
 import { isCelError, isCelList, isCelMap, unparse, type CelError, type CelResult, type CelValue } from "@bufbuild/cel";
 import { CelSyntaxError, compileExpression, forEachExpr, type CompiledExpression, type Expr } from "./compiled-expression.js";
-import { celTypeName } from "./json-cel.js";
+import { aValueOf } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import type { StepContext } from "./step-context.js";
 import { StepFailure } from "./step-failure.js";
@@ -123,11 +123,4 @@ function failingIndex(expression: CompiledExpression, key: string, context: Step
     if (whole !== undefined && isCelError(whole) && whole.message === `index ${key} out of bounds [0, -1)`) return { text, operand };
   }
   return undefined;
-}
-
-/** "a string", "an int", "null" */
-function aValueOf(value: CelValue): string {
-  if (value === null) return "null";
-  const type = celTypeName(value);
-  return `${/^[aeiou]/.test(type) ? "an" : "a"} ${type}`;
 }

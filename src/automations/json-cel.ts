@@ -197,6 +197,13 @@ function enterContainer(budget: Budget): void {
 }
 
 /** The CEL type of a value, for messages such as "got double". */
+/** "a string", "an int", "null" */
+export function aValueOf(value: CelValue): string {
+  if (value === null) return "null";
+  const type = celTypeName(value);
+  return `${/^[aeiou]/.test(type) ? "an" : "a"} ${type}`;
+}
+
 export function celTypeName(value: CelValue): string {
   return celType(value).toString();
 }
