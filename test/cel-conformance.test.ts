@@ -52,6 +52,15 @@ describe("casts as the CEL spec and cel-go have them (cel-es 0.6.1 differs)", ()
     // ParseFloat's ErrRange is cel-go's error, not Infinity (cel-es and the first replacement: Infinity).
     expect(errorOf("double('1e400')")).toBe('cannot convert "1e400" to double: out of range');
   });
+  it("reads a duration as Go's ParseDuration: a unit on every number but a lone 0, µs with either mu (cel-es took '' and '-' as 0s)", () => {
+    expect(valueOf("[duration('1h30m'), duration('-1.5s'), duration('+.5ms'), duration('0'), duration('-0'), duration('1µs'), duration('1μs'), duration('2562047h')].map(d, string(d))")).toEqual(
+      ["5400s", "-1.500s", "0.000500s", "0s", "0s", "0.000001s", "0.000001s", "9223369200s"],
+    );
+    for (const text of ["", "-", "+", "1", "1d", "1h-1m", "1e3s", "1h 1m", " 1s", "1S", ".s"]) {
+      expect(errorOf(`duration('${text}')`), text).toBe(`cannot convert ${JSON.stringify(text)} to duration (numbers with units ns, us, ms, s, m, h, and a sign or none: "1h30m", "-1.5s")`);
+    }
+    expect(errorOf("duration('2562048h')")).toBe("duration out of range");
+  });
 });
 
 describe("string methods as the CEL spec and cel-go have them: code points, Go's SplitN (cel-es 0.6.1 counts UTF-16 units)", () => {

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { TimestampSchema } from "@bufbuild/protobuf/wkt";
+import { DurationSchema, TimestampSchema } from "@bufbuild/protobuf/wkt";
 import { celFunc, CelScalar, celUint, objectType } from "@bufbuild/cel";
 
 /**
@@ -16,6 +16,9 @@ import { celFunc, CelScalar, celUint, objectType } from "@bufbuild/cel";
  * - `double(string)` was JavaScript's `Number`: `double('abc')` was NaN and `double('')` 0. Here,
  *   as Go's strconv.ParseFloat: a decimal number within a double's range (`1e400` is an error),
  *   or inf and infinity with a sign or none and nan, in any case.
+ * - `duration(string)` took `''` and a sign alone (`'-'`) as 0s and refused `'1μs'` with the
+ *   Greek mu: as Go's time.ParseDuration (cel-go), a number with a unit is required but for a
+ *   lone 0, and µs is written with either mu.
  */
 export const conformingCasts = [
   celFunc("timestamp", [CelScalar.INT], objectType(TimestampSchema), (seconds) => {
@@ -45,7 +48,31 @@ export const conformingCasts = [
     if (/^nan$/i.test(text)) return NaN; // unsigned, as ParseFloat takes it
     throw new Error(`cannot convert ${quoted(text)} to double`);
   }),
+  celFunc("duration", [CelScalar.STRING], objectType(DurationSchema), (text) => {
+    const nanos = durationNanos(text);
+    if (nanos === undefined) throw new Error(`cannot convert ${quoted(text)} to duration (numbers with units ns, us, ms, s, m, h, and a sign or none: "1h30m", "-1.5s")`);
+    if (nanos < minInt64 || nanos > maxInt64) throw new Error("duration out of range"); // cel-go's: time.Duration's int64 nanoseconds
+    return create(DurationSchema, { seconds: nanos / nanosPerSecond, nanos: Number(nanos % nanosPerSecond) });
+  }),
 ];
+
+const nanosPerSecond = 1_000_000_000n;
+const nanosPerUnit: Record<string, bigint> = { ns: 1n, us: 1_000n, "µs": 1_000n, "μs": 1_000n, ms: 1_000_000n, s: nanosPerSecond, m: 60n * nanosPerSecond, h: 3_600n * nanosPerSecond };
+const durationPart = String.raw`(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)`;
+const durationText = new RegExp(`^[+-]?(?:${durationPart})+$`);
+
+/** The nanoseconds Go's time.ParseDuration reads in `text` (a fraction finer than 1 ns dropped), undefined when it is none. */
+function durationNanos(text: string): bigint | undefined {
+  if (/^[+-]?0$/.test(text)) return 0n;
+  if (!durationText.test(text)) return undefined;
+  let total = 0n;
+  for (const [, number = "", unit = ""] of text.matchAll(new RegExp(durationPart, "g"))) {
+    const [whole = "", fraction = ""] = number.split(".");
+    const perUnit = nanosPerUnit[unit] ?? 0n;
+    total += BigInt(whole || "0") * perUnit + (BigInt(fraction || "0") * perUnit) / 10n ** BigInt(fraction.length);
+  }
+  return text.startsWith("-") ? -total : total;
+}
 
 const minTimestampSeconds = -62_135_596_800n; // 0001-01-01T00:00:00Z
 const maxTimestampSeconds = 253_402_300_799n; // 9999-12-31T23:59:59Z
