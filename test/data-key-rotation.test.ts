@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import BetterSqlite3 from "better-sqlite3";
 import { describe, expect, it } from "vitest";
@@ -224,6 +224,20 @@ describe("accessd rotate-data-key", () => {
       `ACCESSD_DATA_KEY: not set, and the key file ${nextKeyFilePath(seeded.database)} cannot be read: EISDIR: illegal operation on a directory, read`,
     );
     expect(readFileSync(keyFile, "utf8")).toBe(oldKey);
+    await expectServesAsBefore(seeded);
+  });
+
+  it("refuses a key file that is a symbolic link, which it would replace with the new key (leaving the old key where the link pointed), and changes nothing", async () => {
+    const seeded = await seededDatabase();
+    const keyFile = dataKeyFilePath(seeded.database);
+    const oldKey = readFileSync(keyFile, "utf8");
+    const mounted = join(tempDir(), "mounted.key");
+    renameSync(keyFile, mounted);
+    symlinkSync(mounted, keyFile);
+    await expect(rotateDataKey(seeded.database, {})).rejects.toThrow(`the key file ${keyFile} is a symbolic link to ${mounted}: the rotation would replace the link`);
+    expect(lstatSync(keyFile).isSymbolicLink()).toBe(true);
+    expect(readFileSync(mounted, "utf8")).toBe(oldKey);
+    expect(existsSync(nextKeyFilePath(seeded.database))).toBe(false);
     await expectServesAsBefore(seeded);
   });
 });

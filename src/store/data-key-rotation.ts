@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, renameSync, rmSync } from "node:fs";
+import { existsSync, lstatSync, realpathSync, renameSync, rmSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
 import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, keyInFile, nextKeyFilePath, readKeyFile, writeNewKeyFile } from "./data-key.js";
@@ -84,6 +84,7 @@ function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
   const keyFile = dataKeyFilePath(databasePath);
   const nextFile = nextKeyFilePath(databasePath);
   if (!existsSync(keyFile)) throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${keyFile} is missing`);
+  refuseLinkedKeyFile(keyFile);
   let discardedNextKeyFile: DataKeyRotation["discardedNextKeyFile"];
   if (existsSync(nextFile)) {
     const leftKey = keyInFile(nextFile);
@@ -112,6 +113,22 @@ function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
   }
   replaceKeyFile(nextFile, keyFile);
   return { ...counts, keyFile, finishedEarlierRun: false, discardedNextKeyFile };
+}
+
+/**
+ * The rotation renames the new key file over the old one, which replaces a symbolic link with a
+ * file and leaves the link's target (a secrets mount, say) holding the old key: put back by
+ * whatever made the link, it would no longer open the database, and the new key would be lost
+ * with the file it replaced. Refused before anything changes.
+ */
+function refuseLinkedKeyFile(keyFile: string): void {
+  if (!lstatSync(keyFile).isSymbolicLink()) return;
+  const target = realpathSync(keyFile);
+  throw new Error(
+    `the key file ${keyFile} is a symbolic link to ${target}: the rotation would replace the link with the new key and leave ${target} with the old one, ` +
+      `which would not open the database any more; rotate with the key as ACCESSD_DATA_KEY and the new one as ACCESSD_NEW_DATA_KEY, ` +
+      `or replace the link with a copy of the key first (cp --remove-destination ${target} ${keyFile}) and store the new key where the link pointed afterwards`,
+  );
 }
 
 function replaceKeyFile(nextFile: string, keyFile: string): void {
