@@ -19,7 +19,7 @@ import { PageTokenCodec } from "./pagination/index.js";
 import { Metrics } from "./observability/metrics.js";
 import { metricsInterceptor } from "./observability/metrics-interceptor.js";
 import { metricsRoute } from "./observability/metrics-route.js";
-import { parseCidr } from "./server/cidr.js";
+import { networkOfHostBits, parseCidr } from "./server/cidr.js";
 import { passedDeadlineInterceptor } from "./server/deadline-interceptor.js";
 import { reusedWhenSlow } from "./observability/reused-when-slow.js";
 import { buildOpenApi, openApiRoute } from "./openapi/index.js";
@@ -138,6 +138,14 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     log.warn(
       { trustedProxies: everyAddress },
       "ACCESSD_TRUSTED_PROXIES trusts every address: any sender's X-Forwarded-For is believed (IP-restricted listeners and the token endpoint's limits see what it says); name the proxies' own ranges",
+    );
+  }
+  // Matched as its network: `10.0.0.1/8` trusts all of 10.0.0.0/8, where one proxy was likely meant.
+  const withHostBits = config.trustedProxies.filter((cidr) => networkOfHostBits(cidr) !== undefined);
+  if (withHostBits.length > 0) {
+    log.warn(
+      { trustedProxies: withHostBits, trustedNetworks: withHostBits.map(networkOfHostBits) },
+      "ACCESSD_TRUSTED_PROXIES names a range with host bits set, which trusts its whole network: write the network (trustedNetworks) if that is meant, or the proxy's own address",
     );
   }
   const webhooks = createWebhooks({

@@ -120,6 +120,14 @@ describe("the automation resource", () => {
     [{ webhook: { authMethod: "JWT" } }, "trigger.webhook.jwksUrl is required for JWT listeners"],
     [{ webhook: { authMethod: "HMAC", jwksUrl: "https://keys.example.com/jwks.json" } }, "trigger.webhook.jwksUrl applies to JWT listeners only"],
     [undefined, "trigger is required: set trigger.webhook or trigger.manual"],
+    [
+      { webhook: { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["203.0.113.0/24", "10.0.0.1/8"] } },
+      'trigger.webhook.allowedCidrs[1] "10.0.0.1/8" has host bits set: write 10.0.0.0/8 for the network, or 10.0.0.1/32 for the one address',
+    ],
+    [
+      { webhook: { authMethod: "HMAC", ipRestrictionEnabled: false, allowedCidrs: ["2001:db8::1/48"] } },
+      'trigger.webhook.allowedCidrs[0] "2001:db8::1/48" has host bits set: write 2001:db8::/48 for the network, or 2001:db8::1/128 for the one address',
+    ],
   ])("answers 400 to the trigger %j", async (trigger, message) => {
     const res = await server.call("POST", "/api/v1/automations", { displayName: "x", trigger, steps: [] });
     expect(await answer(res)).toEqual({ status: 400, body: { code: "invalid_argument", message } });

@@ -250,6 +250,14 @@ describe("ACCESSD_TRUSTED_PROXIES naming every address", () => {
     expect(await warnings(["10.0.0.0/8", "0.0.0.0/0", "::/0"])).toMatchObject([{ level: 40, trustedProxies: ["0.0.0.0/0", "::/0"] }]);
     expect(await warnings(["10.0.0.0/8"])).toEqual([]);
   });
+
+  it("with a range whose host bits are set (10.0.0.1/8 trusts all of 10.0.0.0/8) is taken with a warning naming the network", async () => {
+    const { accessd, lines } = await startLoggedAccessd("warn", { trustedProxies: ["10.0.0.1/8", "192.0.2.7", "2001:db8::5/64"] });
+    await accessd.close();
+    expect(lines().filter((line) => typeof line.msg === "string" && line.msg.startsWith("ACCESSD_TRUSTED_PROXIES"))).toMatchObject([
+      { level: 40, trustedProxies: ["10.0.0.1/8", "2001:db8::5/64"], trustedNetworks: ["10.0.0.0/8", "2001:db8::/64"] },
+    ]);
+  });
 });
 
 describe("the one-shot commands' mistakes and output", () => {

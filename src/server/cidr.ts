@@ -24,6 +24,43 @@ export function parseCidr(text: string): Cidr | undefined {
   return { address, prefix, family };
 }
 
+/**
+ * The network a CIDR with host bits set names (`10.0.0.0/8` for `10.0.0.1/8`), undefined when it
+ * has none set (or is no CIDR). BlockList matches such a range as its network, so a typo of an
+ * address (`10.0.0.1/8` for `/32`) silently allows the whole network.
+ */
+export function networkOfHostBits(text: string): string | undefined {
+  const cidr = parseCidr(text);
+  if (cidr === undefined) return undefined;
+  const bits = cidr.family === "ipv4" ? 32 : 128;
+  const value = addressValue(cidr.address, cidr.family);
+  const hostMask = (1n << BigInt(bits - cidr.prefix)) - 1n;
+  if ((value & hostMask) === 0n) return undefined;
+  return `${formatAddress(value & ~hostMask, cidr.family)}/${cidr.prefix}`;
+}
+
+/** A valid address (isIP) as its number. */
+function addressValue(address: string, family: IpFamily): bigint {
+  if (family === "ipv4") return address.split(".").reduce((value, part) => (value << 8n) | BigInt(part), 0n);
+  let text = address.toLowerCase().replace(/%.*$/, "");
+  const embedded = /(\d+\.\d+\.\d+\.\d+)$/.exec(text); // ::ffff:10.1.2.3
+  if (embedded !== null) {
+    const v4 = addressValue(embedded[1] ?? "", "ipv4");
+    text = `${text.slice(0, embedded.index)}${(v4 >> 16n).toString(16)}:${(v4 & 0xffffn).toString(16)}`;
+  }
+  const [head = "", tail] = text.split("::");
+  const headGroups = head === "" ? [] : head.split(":");
+  const tailGroups = tail === undefined || tail === "" ? [] : tail.split(":");
+  const groups = tail === undefined ? headGroups : [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill("0"), ...tailGroups];
+  return groups.reduce((value, group) => (value << 16n) | BigInt(`0x${group}`), 0n);
+}
+
+function formatAddress(value: bigint, family: IpFamily): string {
+  if (family === "ipv4") return [24n, 16n, 8n, 0n].map((shift) => ((value >> shift) & 0xffn).toString()).join(".");
+  const groups = [112n, 96n, 80n, 64n, 48n, 32n, 16n, 0n].map((shift) => ((value >> shift) & 0xffffn).toString(16));
+  return new URL(`http://[${groups.join(":")}]`).hostname.slice(1, -1); // the WHATWG URL parser writes it compressed
+}
+
 /** A matcher for a list of already validated CIDRs (see parseCidr). */
 export function compileCidrs(cidrs: readonly string[]): BlockList {
   const list = new BlockList();

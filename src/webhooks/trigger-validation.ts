@@ -1,6 +1,6 @@
 import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
 import { invalidArgument } from "../connect-errors.js";
-import { parseCidr } from "../server/cidr.js";
+import { networkOfHostBits, parseCidr } from "../server/cidr.js";
 import { jwksTransportAllowed } from "./jwks-cache.js";
 
 export interface TriggerValidationOptions {
@@ -41,8 +41,15 @@ function validateJwksUrl(text: string, options: TriggerValidationOptions): void 
 function validateCidrs(enabled: boolean, cidrs: readonly string[]): void {
   if (cidrs.length > maxCidrs) throw invalidArgument(`trigger.webhook.allowedCidrs holds more than ${maxCidrs} ranges`);
   cidrs.forEach((cidr, i) => {
-    if (parseCidr(cidr) === undefined) {
+    const parsed = parseCidr(cidr);
+    if (parsed === undefined) {
       throw invalidArgument(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} is not a CIDR such as 203.0.113.0/24`);
+    }
+    const network = networkOfHostBits(cidr);
+    if (network !== undefined) {
+      // Matched as its network, a typo of one address (`/8` for `/32`) would allow the whole network.
+      const single = `${parsed.address}/${parsed.family === "ipv4" ? 32 : 128}`;
+      throw invalidArgument(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} has host bits set: write ${network} for the network, or ${single} for the one address`);
     }
   });
   if (enabled && cidrs.length === 0) {
