@@ -211,6 +211,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     log,
     routes: (router) => registerApiServices(router, { store, clock, pageTokens, automations }, webhooks.secrets),
   });
+  metrics.startUnavailableAtZero(connect.operationNames());
   const rpcs = connect.handlers.map((h) => h.method);
   requiredRoles.register(rpcs);
   if (requiredRoles.undeclared.length > 0) {

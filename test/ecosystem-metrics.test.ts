@@ -325,6 +325,25 @@ describe("/metrics", () => {
       .toBe(1);
   });
 
+  it("has the series the README names for alerts at 0 from the start (a series born at 1 is missed by increase() and rate())", async () => {
+    const fresh = await startTestServer();
+    try {
+      const text = await scrape(fresh);
+      const present = (name: string, labels: Record<string, string>) =>
+        text.includes(`${name}{${Object.entries(labels).map(([k, v]) => `${k}="${v}"`).join(",")}} 0\n`);
+      for (const protocol of ["grpc", "grpc-web", "connect", "rest"]) {
+        for (const operation of ["svc.api.app.v1.Apps.Create", "svc.api.automations.v1.Automations.Execute", "svc.api.user.v1.Users.List"]) {
+          expect(present("accessd_requests_total", { protocol, operation, code: "unavailable" }), `${protocol} ${operation}`).toBe(true);
+        }
+      }
+      expect(present("accessd_webhook_verdicts_total", { reason: "store_unavailable", status: "503" })).toBe(true);
+      expect(present("accessd_token_requests_total", { outcome: "temporarily_unavailable" })).toBe(true);
+      expect(text).not.toContain('operation="grpc.health.v1.Health.Check",code="unavailable"'); // the API's operations, not the probes'
+    } finally {
+      await fresh.close();
+    }
+  });
+
   it("counts webhook verdicts by reason and status", async () => {
     const before = await scrape();
     const res = await fetch(`${server.url}/api/v1/webhooks/incoming/no-such-listener`, {

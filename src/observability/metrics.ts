@@ -12,6 +12,9 @@ export interface MetricsOptions {
 /** prom-client default metrics that are gauges with a counter's `_total` suffix. */
 const gaugesNamedLikeCounters = new Set(["nodejs_active_handles_total", "nodejs_active_requests_total", "nodejs_active_resources_total"]);
 
+/** The wire protocols API operations are counted under. */
+const apiProtocols = ["grpc", "grpc-web", "connect", "rest"];
+
 /** The token endpoint's outcomes (the OAuth error codes it answers, and `issued`). */
 const tokenOutcomes = ["issued", ...oauthErrorCodes];
 
@@ -69,8 +72,10 @@ export class Metrics {
       labelNames: ["outcome"],
       registers,
     });
-    // Present from the start, so that an alert on a rate of refusals has a series to read.
+    // Present from the start, so that an alert on a rate of refusals has a series to read (a
+    // series born at 1 is missed by increase() and rate(): the first failure after a start).
     for (const outcome of tokenOutcomes) this.tokenRequests.inc({ outcome }, 0);
+    this.webhookVerdicts.inc({ reason: "store_unavailable", status: "503" }, 0);
     const self = this;
     new Gauge({
       name: "accessd_automation_executions",
@@ -137,6 +142,16 @@ export class Metrics {
         const metric = defaults.getSingleMetric(name);
         if (metric !== undefined && !gaugesNamedLikeCounters.has(name)) this.registry.registerMetric(metric);
       }
+    }
+  }
+
+  /**
+   * Starts each operation's `unavailable` count (503: the store could not be written) at 0 on
+   * every protocol, the series the README names for alerts: present before the first failure.
+   */
+  startUnavailableAtZero(operations: Iterable<string>): void {
+    for (const operation of operations) {
+      for (const protocol of apiProtocols) this.requests.inc({ protocol, operation, code: "unavailable" }, 0);
     }
   }
 

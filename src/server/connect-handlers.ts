@@ -56,6 +56,11 @@ export class ConnectHandlers {
     this.operations = new Map(this.handlers.map((h) => [h.requestPath, operationName(h.method)]));
   }
 
+  /** Every RPC's operation name (`package.Service.Method`). */
+  operationNames(): IterableIterator<string> {
+    return this.operations.values();
+  }
+
   /** The operation (`package.Service.Method`) the path names, if it names an RPC (`/package.Service/Method`). */
   operationOf(path: string): string | undefined {
     return this.operations.get(path);
