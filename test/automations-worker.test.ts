@@ -208,8 +208,20 @@ describe("ExecutionRunner", () => {
     expect(lines.map(({ step, message }) => ({ step, message }))).toEqual([
       { step: "text", message: `${"x".repeat(4_096)}… (5904 more characters)` },
       { step: "object", message: `{"s":"${"x".repeat(4_090)}… (5912 more characters)` },
-      { step: "short", message: { n: 1 } },
+      { step: "short", message: '{"n":1}' },
     ]);
+  });
+
+  it("writes a log line's output as a string whatever its type (a number, list or map as its JSON), so the field has one type in every line (a log store indexes the first type it sees)", () => {
+    const echo = (name: string, messageCel: string): StepDefinition => ({ name, skipIfTrueCel: "", action: { kind: "log", messageCel } });
+    const { store, automationId } = storeWithAutomation([echo("text", "'42'"), echo("number", "42"), echo("bool", "true"), echo("list", "[1, 'a']"), echo("none", "null")]);
+    const writes: string[] = [];
+    const capturing = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void writes.push(chunk.toString())) }));
+    const runner = new ExecutionRunner({ store, clock: new ManualClock(1_000), log: capturing, programs: new ProgramCache() });
+    store.transaction(() => enqueueExecution(store, Date.now(), { automationId, trigger: {} }));
+    runner.runBatch({ maxUnits: 100, maxMs: 1_000 }, () => false);
+    const lines = writes.join("").trim().split("\n").map((line) => JSON.parse(line) as { message: unknown });
+    expect(lines.map(({ message }) => message)).toEqual(["42", "42", "true", '[1,"a"]', "null"]);
   });
 
   it("ends FAILED, alone, an execution whose unit throws something that is neither a step failure nor the store's, and runs the others", () => {

@@ -6,7 +6,6 @@ import type { Execution, StepRecord } from "../store/executions-repository.js";
 import { isStoreDamaged, isStoreUnavailable } from "../store/store-errors.js";
 import type { Store } from "../store/store.js";
 import { boundedErrorText } from "./error-text.js";
-import { outputCharsWithin } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import { runStep } from "./run-step.js";
 import { StepContext } from "./step-context.js";
@@ -395,9 +394,11 @@ function stepError(step: StepRecord): string {
  */
 const maxLoggedOutputChars = 4_096;
 
-/** A log step's output for its line: whole when short, else (its JSON, for a list or map) cut, saying how much was left out. */
-function loggedOutput(output: JsonValue): { message: JsonValue } {
-  if (typeof output === "string") return { message: cutText(output, maxLoggedOutputChars) };
-  if (output === null || typeof output !== "object" || outputCharsWithin(output, maxLoggedOutputChars)) return { message: output };
-  return { message: cutText(JSON.stringify(output), maxLoggedOutputChars) };
+/**
+ * A log step's output for its line, always a string (a number, list or map as its JSON text), so
+ * that the field has one type in every line (a log store's index takes the first type it sees and
+ * refuses or drops the others); cut when long, saying how much was left out.
+ */
+function loggedOutput(output: JsonValue): { message: string } {
+  return { message: cutText(typeof output === "string" ? output : JSON.stringify(output), maxLoggedOutputChars) };
 }

@@ -75,30 +75,11 @@ export function celToJson(value: CelValue, maxChars = maxExecutionOutputChars): 
 
 /** The characters a JSON value counts against maxExecutionOutputChars (the measure celToJson uses). */
 export function outputChars(json: JsonValue): number {
-  return outputCharsUpTo(json, Infinity);
-}
-
-/**
- * Whether `json` counts at most `limit` characters (outputChars' measure), found without walking
- * past the limit: an output of 1 MiB is looked at only as far as its first `limit` characters.
- */
-export function outputCharsWithin(json: JsonValue, limit: number): boolean {
-  return outputCharsUpTo(json, limit) <= limit;
-}
-
-/** outputChars' count, given up as soon as it passes `limit` (what it has counted by then). */
-function outputCharsUpTo(json: JsonValue, limit: number): number {
   let chars = typeof json === "string" ? jsonStringChars(json) + 1 : 8;
   if (Array.isArray(json)) {
-    for (const item of json) {
-      if (chars > limit) break;
-      chars += outputCharsUpTo(item, limit - chars);
-    }
+    for (const item of json) chars += outputChars(item);
   } else if (json !== null && typeof json === "object") {
-    for (const [key, item] of Object.entries(json)) {
-      if (chars > limit) break;
-      chars += jsonStringChars(key) + 1 + outputCharsUpTo(item, limit - chars);
-    }
+    for (const [key, item] of Object.entries(json)) chars += jsonStringChars(key) + 1 + outputChars(item);
   }
   return chars;
 }
