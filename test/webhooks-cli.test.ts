@@ -248,6 +248,16 @@ describe("accessd webhook sign|send: what it refuses, and how a send fails", () 
     expect(cli.stderr()).toBe(`accessd: cannot send to ${url}: connect ECONNREFUSED 127.0.0.1:${port}\n`);
   });
 
+  it("refuses a --url with user:password@ without showing it (fetch's refusal quoted the password twice)", async () => {
+    const url = hook.postUrl.replace("http://", "http://ops:hunter2-password@");
+    for (const command of ["send", "sign"]) {
+      const cli = spawnCli(["webhook", command, "--url", url, "--data", "{}", "--secret", hook.secret], {});
+      expect(await cli.exited).toEqual({ code: 1, signal: null });
+      expect(cli.stderr()).toBe("accessd: --url carries user:password@, which a listener does not take (the signature authenticates the sender): leave it out\n");
+      expect(cli.stdout()).toBe("");
+    }
+  });
+
   it("gives up on a listener that never answers after --timeout seconds (30 by default), saying so", async () => {
     const sockets: Socket[] = [];
     const silent = createServer((socket) => void sockets.push(socket)); // accepts, reads, never answers

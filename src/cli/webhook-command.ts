@@ -72,6 +72,22 @@ async function post(url: string, headers: SignedHeaders, body: Buffer, timeoutSe
   }
 }
 
+/**
+ * A listener takes no credentials in its URL (fetch cannot send them either), and the message
+ * that refused one quoted the URL, password and all, twice: refused here without showing it.
+ */
+function refuseCredentialsInUrl(url: string): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return; // signing or sending says what is wrong with it
+  }
+  if (parsed.username !== "" || parsed.password !== "") {
+    throw new Error("--url carries user:password@, which a listener does not take (the signature authenticates the sender): leave it out");
+  }
+}
+
 /** The innermost useful message of a fetch failure: its cause's, or each attempt's when several addresses were tried. */
 function reasonOf(e: unknown): string {
   const cause = e instanceof Error && e.cause !== undefined ? e.cause : e;
@@ -128,6 +144,7 @@ function withSigningOptions(command: Command): Command {
 }
 
 async function signedRequest(flags: SignFlags): Promise<{ headers: SignedHeaders; body: Buffer }> {
+  refuseCredentialsInUrl(flags.url);
   const body = flags.data.startsWith("@") ? readOptionFile(`--data ${flags.data}`, flags.data.slice(1)) : Buffer.from(flags.data, "utf8");
   const request = { url: flags.url, body, eventId: flags.eventId, timestamp: flags.timestamp };
   const secret = hmacSecret(flags);
