@@ -81,7 +81,10 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
     store = Store.open(config.database, {
       backgroundCheckpoints: {
         onError: (err) => log.warn({ err }, "WAL checkpoint thread failed; checkpointing on commit instead"),
-        onCheckpointFailed: (err) => log.warn({ err }, "WAL checkpoint failed; trying again every second"),
+        onCheckpointFailed: (err) => {
+          log.warn({ err }, "WAL checkpoint failed; trying again every second");
+          store?.noteDamage(err);
+        },
         onCheckpointsResumed: () => log.info("WAL checkpoints succeed again"),
       },
     });
@@ -97,6 +100,13 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
 
 async function startOnStore(config: Config, log: Logger, store: Store, options: StartOptions, afterClose: () => void): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
+  // A file restored without removing its old -wal, or overwritten while served, opens and
+  // serves; only the pages a read, a write or a checkpoint touches fail. Said once, and not ready.
+  store.onDamaged = (err) =>
+    log.error(
+      { err, database: config.database },
+      "the database file is damaged: /readyz answers 503 from now on; stop the server and restore the database from a backup (README, Operating it)",
+    );
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
   // One read for both (reused alike when slow): the finished totals stay consistent with the
@@ -202,7 +212,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     interceptors: [
       loggingInterceptor(log),
       metricsInterceptor(metrics),
-      storeUnavailableInterceptor(),
+      storeUnavailableInterceptor((e) => store.noteDamage(e)),
       authorizationInterceptor({ tokens, principalOf: (id) => store.clients.principalOf(id), requiredRoles }),
       passedDeadlineInterceptor(),
     ],
@@ -247,6 +257,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       }),
     ],
     ready: () => store.ping(),
+    onRouteFailed: (e) => store.noteDamage(e),
     log,
     requestTimeoutMs: config.requestTimeoutMs,
     onUnobservedAnswer: (answer) => {

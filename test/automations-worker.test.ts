@@ -342,6 +342,48 @@ describe("ExecutionWorker", () => {
   });
 });
 
+describe("ExecutionWorker when the store fails", () => {
+  it("tries again a poll interval later, however many executions are handed over meanwhile (each woke it: an error line each, 80 a second under load)", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const full = new Database.SqliteError("database or disk is full", "SQLITE_FULL");
+    const attempts: number[] = [];
+    const runBatch = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(() => {
+      attempts.push(performance.now());
+      throw full;
+    });
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0, pollIntervalMs: 300 });
+    worker.start();
+    const started = performance.now();
+    while (performance.now() - started < 700) {
+      enqueue(store, automationId, attempts.length);
+      worker.notify();
+      await sleep(10);
+    }
+    await worker.stop();
+    runBatch.mockRestore();
+    expect(attempts.length).toBeGreaterThanOrEqual(2);
+    expect(attempts.length).toBeLessThanOrEqual(4); // one at the start, then one each 300 ms
+  });
+
+  it("notes a damaged file with the store (which then answers not ready), and goes on trying", async () => {
+    const { store } = storeWithAutomation([logStep("a")]);
+    const damaged = new Database.SqliteError("database disk image is malformed", "SQLITE_CORRUPT");
+    const runBatch = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(() => {
+      throw damaged;
+    });
+    const heard: unknown[] = [];
+    store.onDamaged = (e) => heard.push(e);
+    expect(store.ping()).toBe(true);
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0, pollIntervalMs: 50 });
+    worker.start();
+    await sleep(200);
+    await worker.stop();
+    runBatch.mockRestore();
+    expect(store.ping()).toBe(false);
+    expect(heard).toEqual([damaged]); // once, however many attempts met it
+  });
+});
+
 describe("CrashLoopGuard", () => {
   const mark = (store: Store) => JSON.parse(store.settings.get(carefulStepSetting)?.toString() ?? "null") as unknown;
 

@@ -7,7 +7,9 @@ import { describe, expect, it, type TestContext } from "vitest";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { scratch } from "./support/scratch.js";
 import { builtCli, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
-import { startLoggedAccessd, startTestServer } from "./support/test-server.js";
+import { bootstrapAuthorization, startLoggedAccessd, startTestServer } from "./support/test-server.js";
+import { newId } from "../src/store/ids.js";
+import BetterSqlite3 from "better-sqlite3";
 
 /**
  * A start that cannot use its database or key file stops before it listens, with one line naming
@@ -295,5 +297,52 @@ describe("the one-shot commands' mistakes and output", () => {
     expect(stderr).not.toContain("    at ");
     expect(stderr).not.toContain("store the client_secret now"); // said only once the secret is out
     expect(stderr).toMatch(/^accessd: the output could not be written to stdout \(EPIPE\); the client \S+ was created in \S+, and its secret is lost: delete it \(DELETE \/api\/v1\/iam\/clients\/\S+\) and bootstrap again$/m);
+  });
+});
+
+describe("a database damaged where the start does not read", () => {
+  it("serves until a request meets the damage, then says so once and is not ready (/readyz 503), as a restore over an old -wal leaves it", async () => {
+    const database = join(tempDir(), "accessd.db");
+    const seeding = await startTestServer({ database });
+    const now = Date.now();
+    seeding.store.transaction(() => {
+      for (let i = 0; i < 3_000; i++) {
+        seeding.store.users.insert({ id: newId(), displayName: `user ${i} ${"x".repeat(40)}`, email: "", username: "", createdAt: now, updatedAt: now, roles: [] });
+      }
+    });
+    await seeding.close();
+    const leafPages = new BetterSqlite3(database, { readonly: true })
+      .prepare<[], number>("SELECT pageno FROM dbstat WHERE name = 'users' AND pagetype = 'leaf' ORDER BY pageno")
+      .pluck()
+      .all();
+    const damaged = leafPages[Math.floor(leafPages.length / 2)] ?? 0;
+    const fd = openSync(database, "r+");
+    try {
+      writeSync(fd, Buffer.alloc(4096, 0xff), 0, 4096, (damaged - 1) * 4096);
+    } finally {
+      closeSync(fd);
+    }
+
+    const { accessd, lines } = await startLoggedAccessd("error", { database });
+    try {
+      const ready = () => fetch(`${accessd.url}/readyz`).then((res) => res.status);
+      expect(await ready()).toBe(200); // the start read nothing damaged
+      const { authorization } = await bootstrapAuthorization(accessd.url);
+      let pageToken = "";
+      const statuses: number[] = [];
+      do {
+        const res = await fetch(`${accessd.url}/api/v1/users?pageSize=1000&pageToken=${pageToken}`, { headers: { authorization } });
+        statuses.push(res.status);
+        pageToken = res.status === 200 ? ((await res.json()) as { nextPageToken: string }).nextPageToken : "";
+      } while (pageToken !== "");
+      expect(statuses.at(-1)).toBe(500);
+      expect(await ready()).toBe(503);
+      await fetch(`${accessd.url}/api/v1/users?pageSize=1000`, { headers: { authorization } }); // again: no second line
+      expect(lines().filter((line) => line.msg === "the database file is damaged: /readyz answers 503 from now on; stop the server and restore the database from a backup (README, Operating it)")).toEqual([
+        expect.objectContaining({ level: 50, database, err: expect.objectContaining({ code: "SQLITE_CORRUPT" }) }),
+      ]);
+    } finally {
+      await accessd.close();
+    }
   });
 });

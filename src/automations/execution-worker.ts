@@ -50,6 +50,7 @@ const defaultGatherMs = 10;
  */
 export class ExecutionWorker {
   private readonly runner: ExecutionRunner;
+  private readonly store: Store;
   private readonly log: Logger;
   private readonly pollIntervalMs: number;
   private readonly stepDelayMs: number;
@@ -63,6 +64,7 @@ export class ExecutionWorker {
 
   constructor(options: ExecutionWorkerOptions) {
     this.runner = new ExecutionRunner(options);
+    this.store = options.store;
     this.log = options.log;
     this.pollIntervalMs = options.pollIntervalMs ?? 1000;
     this.stepDelayMs = options.stepDelayMs ?? 0;
@@ -155,9 +157,12 @@ export class ExecutionWorker {
           await this.gather();
         }
       } catch (e) {
-        // The store failing (disk full, locked too long): keep the execution for a later attempt.
+        // The store failing (disk full, locked too long, the file damaged): keep the execution for
+        // a later attempt, a poll interval on, not at the next execution's hand-off (under load,
+        // one error line each: 80 a second).
+        this.store.noteDamage(e);
         this.log.error({ err: e }, "automation worker: execution attempt failed; retrying");
-        await this.sleep();
+        await this.pauseAfterFailure();
       }
     }
   }
@@ -208,15 +213,21 @@ export class ExecutionWorker {
     if (this.gatherMs > 0 && !this.stopping) await sleep(this.gatherMs);
   }
 
+  /** Waits the poll interval, or until stop(): a hand-off does not end it. */
+  private async pauseAfterFailure(): Promise<void> {
+    const until = performance.now() + this.pollIntervalMs;
+    while (!this.stopping && performance.now() < until) await this.sleep(until - performance.now());
+  }
+
   /** Waits for notify() ("woken") or the poll interval ("polled"). */
-  private sleep(): Promise<"woken" | "polled"> {
+  private sleep(ms = this.pollIntervalMs): Promise<"woken" | "polled"> {
     return new Promise((resolve) => {
       const done = (why: "woken" | "polled") => {
         clearTimeout(timer);
         this.wake = undefined;
         resolve(why);
       };
-      const timer = setTimeout(() => done("polled"), this.pollIntervalMs);
+      const timer = setTimeout(() => done("polled"), ms);
       timer.unref();
       this.wake = () => done(this.stopping ? "polled" : "woken");
     });

@@ -58,6 +58,8 @@ export interface HttpServerOptions {
   requestTimeoutMs: number;
   /** An API answer no interceptor counted or logged (see `RequestFacts.observed`). */
   onUnobservedAnswer?: (answer: UnobservedAnswer) => void;
+  /** A route that threw (answered 500 or 503): the store's noteDamage. */
+  onRouteFailed?: (error: unknown) => void;
 }
 
 /** An API request answered before the interceptors saw it: what the metrics and the log need. */
@@ -209,6 +211,7 @@ export class HttpServer {
   /** A request whose route threw: 503 for a store that failed, nothing for a client gone, else 500. */
   private answerFailedRequest(req: NodeRequest, res: NodeResponse, path: string, facts: RequestFacts, e: unknown): void {
     const { requestId } = facts;
+    this.options.onRouteFailed?.(e);
     if (isStoreUnavailable(e)) {
       // Disk full, database locked, I/O error: the request may succeed later (webhooks: nothing was recorded).
       this.options.log.error({ err: e, requestId, path: shownPath(path) }, "request failed: the store is unavailable");

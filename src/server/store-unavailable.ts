@@ -12,13 +12,15 @@ export const storeUnavailableHeaders = { "retry-after": String(storeRetryAfterSe
 /**
  * Turns a store failure thrown by a handler (or by the authorization interceptor's reads) into
  * UNAVAILABLE (HTTP 503, gRPC status 14, which gRPC clients may retry) instead of an internal
- * error. The SQLite error stays attached as the cause, for the log line.
+ * error. The SQLite error stays attached as the cause, for the log line. Every failure is shown
+ * to `noteFailure` (the store's noteDamage: a damaged file makes the server unready).
  */
-export function storeUnavailableInterceptor(): Interceptor {
+export function storeUnavailableInterceptor(noteFailure: (error: unknown) => void = () => {}): Interceptor {
   return (next) => async (req) => {
     try {
       return await next(req);
     } catch (e) {
+      noteFailure(e);
       if (!isStoreUnavailable(e)) throw e;
       throw new ConnectError(storeUnavailableMessage, Code.Unavailable, storeUnavailableHeaders, undefined, e);
     }

@@ -28,5 +28,11 @@ export function isStoreUnavailable(error: unknown): boolean {
 
 /** True for SQLite's "the file is damaged or not a database": no request's fault, and no retry mends it. */
 export function isStoreDamaged(error: unknown): boolean {
-  return error instanceof Database.SqliteError && /^SQLITE_(CORRUPT|NOTADB)/.test(error.code);
+  return error instanceof Database.SqliteError && hasDamagedCode(error);
+}
+
+/** isStoreDamaged for an error that carries SQLite's code without being its class (the checkpoint thread's report). */
+export function hasDamagedCode(error: unknown): boolean {
+  const code: unknown = typeof error === "object" && error !== null && "code" in error ? error.code : undefined;
+  return typeof code === "string" && /^SQLITE_(CORRUPT|NOTADB)/.test(code);
 }

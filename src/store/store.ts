@@ -7,6 +7,7 @@ import { AssertionJtisRepository } from "./assertion-jtis-repository.js";
 import { ClientsRepository, type ClientPrincipal } from "./clients-repository.js";
 import { NewerSchemaError, openDatabase, type Database } from "./database.js";
 import { ExecutionsRepository } from "./executions-repository.js";
+import { hasDamagedCode } from "./store-errors.js";
 import { ReadCache } from "./read-cache.js";
 import { SettingsRepository } from "./settings-repository.js";
 import { SigningKeysRepository } from "./signing-keys-repository.js";
@@ -103,6 +104,10 @@ export class Store {
   private checkpointer: WalCheckpointer | undefined;
   /** Per open transaction and savepoint, innermost last: what to undo in memory if it is rolled back. */
   private readonly undoStack: (() => void)[][] = [];
+  /** The first damage noted (noteDamage), if any. */
+  private damage: unknown;
+  /** Told once, of the first damage noted. */
+  onDamaged: ((error: unknown) => void) | undefined;
 
   constructor(readonly db: Database) {
     this.pingStmt = db.prepare("SELECT 1").pluck();
@@ -207,9 +212,21 @@ export class Store {
     else if (this.db.inTransaction) throw new Error("state undone on rollback must change inside Store.transaction");
   }
 
-  /** A trivial query, for readiness checks. */
+  /**
+   * Records that the file is damaged (a read, a write or a checkpoint met SQLITE_CORRUPT): a file
+   * restored without removing its old `-wal`, or overwritten while served, opens and serves, and
+   * only the pages it touches fail. From then on ping() is false (not ready); `onDamaged` hears of
+   * the first. Anything else is ignored.
+   */
+  noteDamage(error: unknown): void {
+    if (this.damage !== undefined || !hasDamagedCode(error)) return;
+    this.damage = error;
+    this.onDamaged?.(error);
+  }
+
+  /** A trivial query, for readiness checks; false once the file is known to be damaged. */
   ping(): boolean {
-    return this.pingStmt.get() === 1;
+    return this.damage === undefined && this.pingStmt.get() === 1;
   }
 
   /** Closes the connection; resolves once the checkpoint thread (if any) has closed its own. */
