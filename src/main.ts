@@ -66,6 +66,10 @@ export interface StartOptions {
   shutdownDeadlineMs?: number;
 }
 
+/** The error line of the first damaged page met in a spell (Store.noteDamage). */
+export const damagedDatabaseMessage =
+  "the database file is damaged, or the disk failed a read of it: /readyz answers 503 until a minute passes without it; if it goes on, stop the server and restore the database from a backup (README, Operating it)";
+
 /**
  * The composition root: config -> store -> services -> server. Opening `config.database` itself,
  * it first takes the database's serving lock (DatabaseInUseError when another process serves it)
@@ -101,11 +105,12 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
 async function startOnStore(config: Config, log: Logger, store: Store, options: StartOptions, afterClose: () => void): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
   // A file restored without removing its old -wal, or overwritten while served, opens and
-  // serves; only the pages a read, a write or a checkpoint touches fail. Said once, and not ready.
+  // serves; only the pages a read, a write or a checkpoint touches fail. Said at the first of
+  // each spell, and not ready while it lasts.
   store.onDamaged = (err) =>
     log.error(
       { err, database: config.database },
-      "the database file is damaged: /readyz answers 503 from now on; stop the server and restore the database from a backup (README, Operating it)",
+      damagedDatabaseMessage,
     );
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();

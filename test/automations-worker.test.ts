@@ -380,7 +380,7 @@ describe("ExecutionWorker when the store fails", () => {
     await worker.stop();
     runBatch.mockRestore();
     expect(store.ping()).toBe(false);
-    expect(heard).toEqual([damaged]); // once, however many attempts met it
+    expect(heard).toEqual([damaged]); // once, however many attempts met it in the spell
   });
 });
 

@@ -4,6 +4,7 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync, rmSync, writeFil
 import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { join } from "node:path";
 import { describe, expect, it, type TestContext } from "vitest";
+import { damagedDatabaseMessage } from "../src/main.js";
 import { dataKeyFilePath } from "../src/store/data-key.js";
 import { scratch } from "./support/scratch.js";
 import { builtCli, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
@@ -301,7 +302,7 @@ describe("the one-shot commands' mistakes and output", () => {
 });
 
 describe("a database damaged where the start does not read", () => {
-  it("serves until a request meets the damage, then says so once and is not ready (/readyz 503), as a restore over an old -wal leaves it", async () => {
+  it("serves until a request meets the damage, then answers it 503, says so once and is not ready (/readyz 503), as a restore over an old -wal leaves it", async () => {
     const database = join(tempDir(), "accessd.db");
     const seeding = await startTestServer({ database });
     const now = Date.now();
@@ -335,10 +336,10 @@ describe("a database damaged where the start does not read", () => {
         statuses.push(res.status);
         pageToken = res.status === 200 ? ((await res.json()) as { nextPageToken: string }).nextPageToken : "";
       } while (pageToken !== "");
-      expect(statuses.at(-1)).toBe(500);
+      expect(statuses.at(-1)).toBe(503); // a damaged page is the store failing, as an I/O error is (500 before)
       expect(await ready()).toBe(503);
       await fetch(`${accessd.url}/api/v1/users?pageSize=1000`, { headers: { authorization } }); // again: no second line
-      expect(lines().filter((line) => line.msg === "the database file is damaged: /readyz answers 503 from now on; stop the server and restore the database from a backup (README, Operating it)")).toEqual([
+      expect(lines().filter((line) => line.msg === damagedDatabaseMessage)).toEqual([
         expect.objectContaining({ level: 50, database, err: expect.objectContaining({ code: "SQLITE_CORRUPT" }) }),
       ]);
     } finally {

@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, it } from "vitest";
-import { Store } from "../src/store/store.js";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { damageMemoryMs, Store } from "../src/store/store.js";
 
 const stores: Store[] = [];
 afterEach(async () => {
@@ -74,5 +74,32 @@ describe("Store.transaction", () => {
       }),
     ).toThrow(TypeError);
     expect(rows(store)).toEqual([]);
+  });
+});
+
+describe("Store.noteDamage", () => {
+  it("makes ping() false while damage was met in the last minute, and tells onDamaged once a spell (a read the disk failed once passes)", () => {
+    vi.useFakeTimers({ toFake: ["performance"] });
+    try {
+      const store = Store.open(":memory:");
+      stores.push(store);
+      const heard: unknown[] = [];
+      store.onDamaged = (e) => heard.push(e);
+      const damaged = Object.assign(new Error("database disk image is malformed"), { code: "SQLITE_CORRUPT_INDEX" });
+      store.noteDamage(Object.assign(new Error("database or disk is full"), { code: "SQLITE_FULL" })); // not damage
+      expect(store.ping()).toBe(true);
+      store.noteDamage(damaged);
+      vi.advanceTimersByTime(damageMemoryMs - 1_000);
+      store.noteDamage(damaged); // the same spell
+      vi.advanceTimersByTime(damageMemoryMs - 1_000);
+      expect(store.ping()).toBe(false);
+      vi.advanceTimersByTime(2_000);
+      expect(store.ping()).toBe(true);
+      store.noteDamage(damaged); // a new spell
+      expect(store.ping()).toBe(false);
+      expect(heard).toEqual([damaged, damaged]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

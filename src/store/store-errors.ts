@@ -20,10 +20,15 @@ export class StoredDataUnreadableError extends Error {
   }
 }
 
-/** True for a store failure a client may retry later (disk full, locked, I/O error, unreadable data). */
+/**
+ * True for a store failure a client may retry later (disk full, locked, I/O error, unreadable
+ * data, a page read damaged). A read the disk fails reaches SQLite as a damaged page
+ * (SQLITE_CORRUPT): answered 500 `internal`, it broke the promise of a 503 for an I/O error, and
+ * a damaged file is no more the request's fault (Store.noteDamage makes the server unready).
+ */
 export function isStoreUnavailable(error: unknown): boolean {
   if (error instanceof StoredDataUnreadableError) return true;
-  return error instanceof Database.SqliteError && unavailableCodes.test(error.code);
+  return error instanceof Database.SqliteError && (unavailableCodes.test(error.code) || hasDamagedCode(error));
 }
 
 /** True for SQLite's "the file is damaged or not a database": no request's fault, and no retry mends it. */

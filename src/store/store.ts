@@ -87,6 +87,9 @@ function refuseReadOnlyDatabase(db: Database): void {
  * The store: one SQLite database and a repository per aggregate. better-sqlite3 is synchronous,
  * so a `transaction` callback runs without interleaving with any other request.
  */
+/** How long after the last damage met the store is not ready (Store.noteDamage). */
+export const damageMemoryMs = 60_000;
+
 export class Store {
   readonly apps: AppsRepository;
   readonly appEntitlements: AppEntitlementsRepository;
@@ -104,9 +107,9 @@ export class Store {
   private checkpointer: WalCheckpointer | undefined;
   /** Per open transaction and savepoint, innermost last: what to undo in memory if it is rolled back. */
   private readonly undoStack: (() => void)[][] = [];
-  /** The first damage noted (noteDamage), if any. */
-  private damage: unknown;
-  /** Told once, of the first damage noted. */
+  /** When damage was last noted (performance.now()), if ever. */
+  private lastDamageAt: number | undefined;
+  /** Told of the first damage noted in each spell. */
   onDamaged: ((error: unknown) => void) | undefined;
 
   constructor(readonly db: Database) {
@@ -215,18 +218,22 @@ export class Store {
   /**
    * Records that the file is damaged (a read, a write or a checkpoint met SQLITE_CORRUPT): a file
    * restored without removing its old `-wal`, or overwritten while served, opens and serves, and
-   * only the pages it touches fail. From then on ping() is false (not ready); `onDamaged` hears of
-   * the first. Anything else is ignored.
+   * only the pages it touches fail. ping() is false (not ready) while damage has been met in the
+   * last `damageMemoryMs` (a read the disk failed once looks the same, and passes); `onDamaged`
+   * hears of the first of each spell. Anything else is ignored.
    */
   noteDamage(error: unknown): void {
-    if (this.damage !== undefined || !hasDamagedCode(error)) return;
-    this.damage = error;
-    this.onDamaged?.(error);
+    if (!hasDamagedCode(error)) return;
+    const now = performance.now();
+    const newSpell = this.lastDamageAt === undefined || now - this.lastDamageAt > damageMemoryMs;
+    this.lastDamageAt = now;
+    if (newSpell) this.onDamaged?.(error);
   }
 
-  /** A trivial query, for readiness checks; false once the file is known to be damaged. */
+  /** A trivial query, for readiness checks; false while damage was met in the last minute (noteDamage). */
   ping(): boolean {
-    return this.damage === undefined && this.pingStmt.get() === 1;
+    if (this.lastDamageAt !== undefined && performance.now() - this.lastDamageAt <= damageMemoryMs) return false;
+    return this.pingStmt.get() === 1;
   }
 
   /** Closes the connection; resolves once the checkpoint thread (if any) has closed its own. */
