@@ -375,11 +375,11 @@ function* lexicalSpans(source: string): Generator<LexicalSpan> {
 
 /**
  * The first escape in a string or bytes literal that the CEL spec does not define, with its
- * offset: cel-es's parser kept `'\\q'` and `'\\400'` as written, read `'\\u12'` as U+0012 and
- * `b'\\u00ff'` as a byte, and refused `'\\x4'` with "Invalid code point NaN". The spec's escapes
- * (cel-go's too): `\\\\ \\? \\" \\' \\` \\a \\b \\f \\n \\r \\t \\v`, `\\x` or `\\X` and two hex
- * digits, three octal digits from `\\000` to `\\377`, and in strings only `\\u` and four hex
- * digits or `\\U` and eight (a code point; cel-es refuses surrogates itself).
+ * offset: cel-es's parser kept `'\q'` and `'\400'` as written, read `'\u12'` as U+0012 and
+ * `b'\u00ff'` as a byte, and refused `'\x4'` with "Invalid code point NaN". The spec's escapes
+ * (cel-go's too): `` \\ \? \" \' \` \a \b \f \n \r \t \v ``, `\x` or `\X` and two hex
+ * digits, three octal digits from `\000` to `\377`, and in strings only `\u` and four hex
+ * digits or `\U` and eight (a code point; cel-es refuses surrogates itself).
  */
 function firstInvalidEscape(source: string): { offset: number; message: string } | undefined {
   for (const span of lexicalSpans(source)) {
