@@ -349,6 +349,24 @@ describe("/openapi.json", () => {
     expect(res.status).toBe(404);
   });
 
+  it("documents the refusals of a body (408, 413 with Execute's own limit, 415) and the store's 503 on the operations that have them, as the server answers them", async () => {
+    const execute = served.paths["/api/v1/automations/{id}/execute"]?.["post"];
+    const createApp = served.paths["/api/v1/apps"]?.["post"];
+    const listApps = served.paths["/api/v1/apps"]?.["get"];
+    expect(Object.keys(createApp?.responses ?? {})).toEqual(expect.arrayContaining(["408", "413", "415", "503"]));
+    expect(Object.keys(listApps?.responses ?? {})).toContain("503");
+    expect(Object.keys(listApps?.responses ?? {})).not.toContain("413"); // no body
+    expect(execute?.responses?.["413"]).toMatchObject({ description: "The request body is larger than 66560 bytes (this operation's limit)." });
+    const tooLarge = await fetch(`${server.url}/api/v1/automations/x/execute`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json" },
+      body: JSON.stringify({ context: { s: "x".repeat(66_560) } }),
+    });
+    expect(tooLarge.status).toBe(413);
+    const notJson = await fetch(`${server.url}/api/v1/apps`, { method: "POST", headers: { ...server.headers, "content-type": "text/plain" }, body: "x" });
+    expect(notJson.status).toBe(415);
+  });
+
   it("declares every page's list and nextPageToken required, the token a string (spec 2.5: empty on the last page, never null)", () => {
     const pages = Object.entries(served.components.schemas).filter(([, schema]) => schema.properties?.["nextPageToken"] !== undefined);
     expect(pages.length).toBeGreaterThanOrEqual(8);

@@ -150,6 +150,23 @@ describe("one port, every protocol", () => {
     expect(error?.details).toBe(`user "${userId}" not found`);
   });
 
+  it("spells a gRPC-Web grpc-message, in the trailer frame of the body, as gRPC's (protobuf-ts's gRPC-Web transport, which does not decode it, showed app%20%22...)", async () => {
+    const id = Buffer.from("café/x,y:z 100%");
+    const message = Buffer.concat([Buffer.from([0x0a, id.length]), id]); // GetAppRequest { id }
+    const envelope = Buffer.concat([Buffer.from([0, 0, 0, 0, message.length]), message]);
+    const res = await fetch(`${server.url}/svc.api.app.v1.Apps/Get`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/grpc-web+proto" },
+      body: envelope,
+    });
+    const body = Buffer.from(await res.arrayBuffer());
+    expect(body[0]).toBe(0x80); // the trailer frame
+    expect(body.readUInt32BE(1)).toBe(body.length - 5);
+    expect(body.subarray(5).toString("latin1").split("\r\n")).toEqual(
+      expect.arrayContaining(['grpc-message: app "caf%C3%A9/x,y:z 100%25" not found', "grpc-status: 5"]),
+    );
+  });
+
   it("answers a grpc-js call to a method the server does not have with gRPC status UNIMPLEMENTED and a message", async () => {
     const error = await failureOf(grpcJsAddCall(grpcJsClient(), {}, "/svc.api.app.v1.AppEntitlementOwners/Nope"));
     expect(error?.code).toBe(grpc.status.UNIMPLEMENTED);

@@ -8,7 +8,6 @@ import { validateSteps } from "../automations/validate-steps.js";
 import { listingFingerprint, paginate } from "../pagination/index.js";
 import type { Automation } from "../store/automations-repository.js";
 import { newId } from "../store/ids.js";
-import { maxWebhookBodyBytes } from "../webhooks/body-reader.js";
 import {
   automationMessage,
   executionMessage,
@@ -26,13 +25,6 @@ import { fieldsToWrite } from "./update-mask.js";
  */
 export type AutomationsImpl = Omit<ServiceImpl<typeof Automations>, "rotateWebhookSecret" | "listWebhookDeliveries">;
 
-/**
- * The most bytes of an Execute request (decompressed too): a context as large as a webhook body
- * (it is an execution's trigger as well) and 1 KiB for the automation's id and the field names.
- * At the API's 1 MiB, a context of small values held the thread 260-760 ms to decode, and a few
- * callers in a loop stalled every other request for seconds.
- */
-export const maxExecuteRequestBytes = maxWebhookBodyBytes + 1024;
 
 export function automationsService({ store, clock, pageTokens, automations }: ServiceContext): AutomationsImpl {
   const { programs, worker, webhookHooks: hooks, baseUrl } = automations;

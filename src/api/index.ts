@@ -11,22 +11,15 @@ import { appEntitlementsService } from "./app-entitlements-service.js";
 import { appsService } from "./apps-service.js";
 import { automationExecutionsService } from "./automation-executions-service.js";
 import { automationWebhooksService } from "./automation-webhooks-service.js";
-import { automationsService, maxExecuteRequestBytes } from "./automations-service.js";
+import { automationsService } from "./automations-service.js";
+import { apiBodyLimits, executePath } from "./body-limits.js";
 import { clientsService } from "./clients-service.js";
 import type { WebhookSecretStore } from "../webhooks/index.js";
 import type { ServiceContext } from "./service-context.js";
 import { usersService } from "./users-service.js";
 
 export type { ServiceContext } from "./service-context.js";
-
-const executePath = `/${Automations.typeName}/${Automations.method.execute.name}`;
-
-/**
- * The RPCs whose request bodies are held below the API's limit, by request path: registered so
- * with connect-es (`readMaxBytes`, which also holds a compressed body once decompressed), and
- * given to the REST transcoder, which reads bodies itself.
- */
-export const apiBodyLimits: ReadonlyMap<string, number> = new Map([[executePath, maxExecuteRequestBytes]]);
+export { apiBodyLimits } from "./body-limits.js";
 
 /**
  * Registers every API service of the contract on the router. Automations is served by two

@@ -70,6 +70,10 @@ export function buildOpenApi(options: OpenApiOptions): Schema {
         Unauthenticated: errorResponse("No, or an invalid, bearer token (401)."),
         PermissionDenied: errorResponse("The caller's role does not allow the operation (403)."),
         NotFound: errorResponse("A resource named in the path does not exist (404)."),
+        RequestTimeout: errorResponse("The request body did not arrive within the request timeout (408)."),
+        PayloadTooLarge: errorResponse("The request body is larger than the API's limit, 1 MiB by default (413)."),
+        UnsupportedMediaType: errorResponse("The request body is not JSON (415)."),
+        Unavailable: errorResponse("The store cannot serve the request now (disk full, locked, failing): retry after the Retry-After seconds (503)."),
         Error: errorResponse("Any other error, in Connect's JSON error shape."),
       },
       securitySchemes: {

@@ -1,6 +1,7 @@
 import type { DescField, DescMessage } from "@bufbuild/protobuf";
 import { parsePathTemplate } from "../server/path-template.js";
 import type { HttpBinding } from "../server/http-bindings.js";
+import { apiBodyLimits } from "../api/body-limits.js";
 import { operationName } from "../server/operation-name.js";
 import { isRequired, isWellKnown, scalarSchema, type Schema, type SchemaCollector } from "./json-schema.js";
 
@@ -73,9 +74,23 @@ export function rpcOperation(binding: HttpBinding, operationId: string, tag: str
     ...(pathFields.length > 0 || notFoundForBodyReference.has(operationName(rpc))
       ? { "404": { $ref: "#/components/responses/NotFound" } }
       : {}),
+    ...(binding.body === "" ? {} : bodyRefusals(apiBodyLimits.get(`/${rpc.parent.typeName}/${rpc.name}`))),
+    "503": { $ref: "#/components/responses/Unavailable" },
     default: { $ref: "#/components/responses/Error" },
   };
   return { path, method: binding.method.toLowerCase(), operation };
+}
+
+/** The answers to a request body refused before its handler: too slow, too large (`limitBytes`), not JSON. */
+function bodyRefusals(limitBytes: number | undefined): Schema {
+  return {
+    "408": { $ref: "#/components/responses/RequestTimeout" },
+    "413":
+      limitBytes === undefined
+        ? { $ref: "#/components/responses/PayloadTooLarge" }
+        : { description: `The request body is larger than ${limitBytes} bytes (this operation's limit).`, content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } },
+    "415": { $ref: "#/components/responses/UnsupportedMediaType" },
+  };
 }
 
 function resolveField(message: DescMessage, fieldPath: readonly string[]): DescField {

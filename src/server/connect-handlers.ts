@@ -95,7 +95,8 @@ export class ConnectHandlers {
         uRes = refusal.response;
         if (refusal.code !== undefined) noteAnsweredCode(res, refusal.code);
       }
-      await universalResponseToNodeResponse(facts.protocol === "grpc" ? withSpecGrpcMessage(uRes) : uRes, res);
+      const respelled = facts.protocol === "grpc" ? withSpecGrpcMessage(uRes) : facts.protocol === "grpc-web" ? withSpecGrpcWebMessage(uRes) : uRes;
+      await universalResponseToNodeResponse(respelled, res);
     } catch (e) {
       if (ConnectError.from(e).code === Code.Aborted) return; // the client went away
       this.options.log.error({ err: e, procedure: path }, "writing the response failed");
@@ -126,6 +127,62 @@ function withSpecGrpcMessage(response: UniversalServerResponse): UniversalServer
       respellGrpcMessage(trailer);
     })(),
   };
+}
+
+/**
+ * The gRPC-Web response with its `grpc-message` spelled as withSpecGrpcMessage spells it. gRPC-Web
+ * sends the trailers in the body, as a last frame (flags 0x80, its length, then `name: value`
+ * lines): protobuf-ts's gRPC-Web transport, which does not decode the message, showed its users
+ * `app%20%22nope%22%20not%20found`. A trailers-only answer has it in the headers.
+ */
+function withSpecGrpcWebMessage(response: UniversalServerResponse): UniversalServerResponse {
+  respellGrpcMessage(response.header);
+  const { body } = response;
+  if (body === undefined) return response;
+  return {
+    ...response,
+    body: (async function* () {
+      for await (const chunk of body) yield withRespelledTrailerFrame(chunk);
+    })(),
+  };
+}
+
+/** `chunk` with the `grpc-message` of a gRPC-Web trailer frame in it respelled; as it is when it holds no whole frames. */
+function withRespelledTrailerFrame(chunk: Uint8Array): Uint8Array {
+  const frames: Uint8Array[] = [];
+  let changed = false;
+  for (let offset = 0; offset < chunk.length; ) {
+    if (offset + 5 > chunk.length) return chunk;
+    const length = new DataView(chunk.buffer, chunk.byteOffset + offset + 1, 4).getUint32(0);
+    const end = offset + 5 + length;
+    if (end > chunk.length) return chunk;
+    const frame = chunk.subarray(offset, end);
+    const flags = chunk[offset] ?? 0;
+    const respelled = flags & 0x80 ? respelledTrailerFrame(frame) : frame;
+    changed ||= respelled !== frame;
+    frames.push(respelled);
+    offset = end;
+  }
+  return changed ? Buffer.concat(frames) : chunk;
+}
+
+function respelledTrailerFrame(frame: Uint8Array): Uint8Array {
+  const block = Buffer.from(frame.subarray(5)).toString("latin1");
+  const lines = block.split("\r\n").map((line) => {
+    const match = /^grpc-message:\s*(.*)$/i.exec(line);
+    if (match === null) return line;
+    try {
+      return `grpc-message: ${grpcMessageHeader(decodeURIComponent(match[1] ?? ""))}`;
+    } catch {
+      return line; // not connect-es's encoding: leave it as it is
+    }
+  });
+  const respelled = Buffer.from(lines.join("\r\n"), "latin1");
+  if (respelled.equals(frame.subarray(5))) return frame;
+  const header = Buffer.alloc(5);
+  header[0] = frame[0] ?? 0x80;
+  header.writeUInt32BE(respelled.length, 1);
+  return Buffer.concat([header, respelled]);
 }
 
 function respellGrpcMessage(headers: Headers | undefined): void {
