@@ -46,6 +46,21 @@ describe("FailureLimiter", () => {
   });
 });
 
+describe("FailureLimiter when the clock steps back", () => {
+  it("forgets failures stamped after the clock's new time, instead of refusing for the step's length (a day back: Retry-After 86460)", () => {
+    const stepped = new ManualClock(Date.parse("2026-03-02T12:00:00Z"));
+    const limiter = new FailureLimiter({ maxFailures: 3, windowMs: 60_000, clock: stepped });
+    for (let i = 0; i < 3; i++) {
+      const admission = limiter.admit(["k"]);
+      if (!admission.admitted) throw new Error("not admitted");
+      admission.attempt.fail();
+    }
+    expect(limiter.admit(["k"])).toEqual({ admitted: false, retryAfterSeconds: 60 });
+    stepped.advance(-86_400_000);
+    expect(limiter.admit(["k"]).admitted).toBe(true);
+  });
+});
+
 describe("POST /auth/v1/token under parallel guessing", () => {
   let server: TestServer;
   beforeAll(async () => {

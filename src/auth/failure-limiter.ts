@@ -86,7 +86,10 @@ export class FailureLimiter {
   private recent(key: string, now: number): number[] {
     const times = this.failures.get(key);
     if (times === undefined) return [];
-    const kept = times.filter((t) => t > now - this.options.windowMs);
+    // A failure stamped after `now` was counted before the clock stepped back: forgotten, or the
+    // key would wait the step's length (a day's step: 429 with Retry-After 86460, for good
+    // credentials from the same address too).
+    const kept = times.filter((t) => t > now - this.options.windowMs && t <= now);
     if (kept.length === 0) this.failures.delete(key);
     else this.failures.set(key, kept);
     return kept;
