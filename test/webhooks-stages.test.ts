@@ -497,6 +497,12 @@ describe("delivery log", () => {
     clock.advance(60_000); // the bucket refills to its size, not beyond
     for (let i = 0; i < 8; i++) log.record(facts("a"), refused);
     expect(rows("a")).toHaveLength(13);
+
+    clock.advance(-3_600_000); // the clock steps back an hour: the bucket refills from there on
+    log.record(facts("a"), refused);
+    clock.advance(1_000);
+    for (let i = 0; i < 3; i++) log.record(facts("a"), refused);
+    expect(rows("a")).toHaveLength(16); // (the step emptied the budget for an hour: none was stored)
     store.close();
   });
 });

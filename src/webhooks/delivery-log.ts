@@ -63,7 +63,9 @@ export class DeliveryLog {
       budget = { tokens: refusalsPerSecond, refilledAt: now };
       this.budgets.set(automationId, budget);
     }
-    budget.tokens = Math.min(refusalsPerSecond, budget.tokens + ((now - budget.refilledAt) / 1000) * refusalsPerSecond);
+    // No refill for time that went backwards (the clock stepped back): a negative one emptied the
+    // budget for the step's length (an hour back: no refusal logged for an hour).
+    budget.tokens = Math.min(refusalsPerSecond, budget.tokens + (Math.max(0, now - budget.refilledAt) / 1000) * refusalsPerSecond);
     budget.refilledAt = now;
     if (budget.tokens < 1) return false;
     budget.tokens -= 1;
