@@ -491,6 +491,23 @@ describe("inbound webhooks: secret rotation", () => {
     }
   });
 
+  it("ends the old secret for good with gracePeriod 0s, also when the clock then steps back (it signed again for the step's length)", async () => {
+    const clock = new ManualClock(Date.now());
+    const server = await startTestServer({}, { clock });
+    try {
+      const hook = await createWebhookAutomation(server, { authMethod: "HMAC" });
+      const res = await server.call("POST", `/api/v1/automations/${hook.id}/webhook/rotate-secret`, { gracePeriod: "0s" });
+      const { previousSecretExpiresAt } = (await res.json()) as { previousSecretExpiresAt: string };
+      expect(Date.parse(previousSecretExpiresAt)).toBe(clock.now());
+      const body = "{}";
+      expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status).toBe(401);
+      clock.advance(-4 * 60_000); // within the timestamp window of the real clock the sender signs with
+      expect((await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status).toBe(401);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("ends the old secret at once with gracePeriod 0s and refuses non-HMAC automations", async () => {
     const server = await startTestServer();
     try {

@@ -60,6 +60,13 @@ export class WebhookSecretStore {
    * they were already in, if sooner), the newest `maxSecretsInGrace` of them.
    */
   rotate(automationId: string, graceMs: number): RotatedSecret {
+    if (graceMs <= 0) {
+      // Ended at once: deleted, not given an end time, which a clock stepped back would put in
+      // the future again (a secret rotated out with 0s signed again for the step's length).
+      const now = this.clock.now();
+      this.remove(automationId);
+      return { secret: this.issue(automationId), previousExpiresAt: now };
+    }
     this.changes++;
     const previousExpiresAt = this.clock.now() + graceMs;
     this.repository.expireAll(automationId, previousExpiresAt);
