@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
-import { Readable } from "node:stream";
+import { Readable, Writable } from "node:stream";
+import cron from "node-cron";
 import { describe, expect, it, vi } from "vitest";
 import type { WebhookTriggerConfig } from "../src/automations/trigger-config.js";
 import { ManualClock } from "../src/clock.js";
@@ -465,6 +466,36 @@ describe("housekeeping job", () => {
     await next;
     job.stop();
     store.close();
+  });
+});
+
+describe("housekeeping when the wall clock steps", () => {
+  it("plans its schedule afresh after a step of more than a minute either way, and says so (node-cron waited for the slot it expected: a step back an hour, no pass for an hour)", async () => {
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval"] });
+    const store = Store.open(":memory:");
+    const lines: Record<string, unknown>[] = [];
+    const log = createLogger("warn", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>)) }));
+    const schedule = vi.spyOn(cron, "schedule");
+    const realNow = Date.now.bind(Date);
+    let offset = 0;
+    const now = vi.spyOn(Date, "now").mockImplementation(() => realNow() + offset);
+    try {
+      const job = startHousekeeping({ store, clock: new ManualClock(), log, eventRetentionMs: day });
+      await job.firstPass;
+      expect(schedule).toHaveBeenCalledTimes(1);
+      offset = 30_000; // drift within a minute: nothing
+      vi.advanceTimersByTime(15_000);
+      offset = 30_000 - 3_600_000; // an hour back
+      vi.advanceTimersByTime(15_000);
+      expect(schedule).toHaveBeenCalledTimes(2);
+      expect(lines).toEqual([expect.objectContaining({ level: 40, stepSeconds: -3600, msg: "the wall clock stepped: housekeeping planned afresh" })]);
+      job.stop();
+    } finally {
+      now.mockRestore();
+      schedule.mockRestore();
+      vi.useRealTimers();
+      store.close();
+    }
   });
 });
 

@@ -1,5 +1,5 @@
 import { familiarForMs } from "../auth/familiar-addresses.js";
-import cron from "node-cron";
+import cron, { type Logger as CronLogger, type ScheduledTask } from "node-cron";
 import type { Clock } from "../clock.js";
 import { ThreadShare } from "../event-loop.js";
 import type { Logger } from "../logger.js";
@@ -149,14 +149,55 @@ export function startHousekeeping(options: HousekeepingOptions): Housekeeping {
   };
 
   const firstPass = runLogged();
-  const task = cron.schedule(options.schedule ?? "*/10 * * * *", runLogged, { name: "housekeeping", noOverlap: true });
-  task.unref(); // never what keeps the process alive
+  const expression = options.schedule ?? "*/10 * * * *";
+  /** Slots node-cron found skipped since the last line that said so. */
+  let missedSlots = 0;
+  const schedule = (): ScheduledTask => {
+    // node-cron's own lines (a skipped slot, an overlap) go to the JSON log, not to the console.
+    const scheduled = cron.schedule(expression, runLogged, { name: "housekeeping", noOverlap: true, logger: cronLogger(log) });
+    // One line per skipped slot, on the console: a step of the clock a year forward wrote 52,560.
+    scheduled.on("execution:missed", () => {
+      if (missedSlots++ > 0) return;
+      setImmediate(() => {
+        log.warn({ missedSlots }, "housekeeping skipped its scheduled passes: the clock stepped forward, or the thread was held");
+        missedSlots = 0;
+      });
+    });
+    scheduled.unref(); // never what keeps the process alive
+    return scheduled;
+  };
+  let task = schedule();
+  // node-cron plans its passes by the wall clock: after a step back it waits until the clock
+  // reaches the pass it expected (an hour back: no pass for an hour), and a step forward makes it
+  // walk every slot in between. A step of more than a minute either way starts its plan afresh.
+  let wallAhead = Date.now() - performance.now();
+  const stepWatch = setInterval(() => {
+    const ahead = Date.now() - performance.now();
+    const stepMs = ahead - wallAhead;
+    wallAhead = ahead;
+    if (Math.abs(stepMs) <= clockStepMs) return;
+    log.warn({ stepSeconds: Math.round(stepMs / 1000) }, "the wall clock stepped: housekeeping planned afresh");
+    void task.destroy();
+    task = schedule();
+  }, clockStepCheckMs).unref();
   return {
     firstPass,
     runOnce,
     stop: () => {
       stopped = true;
+      clearInterval(stepWatch);
       void task.destroy();
     },
   };
+}
+
+/** A step of the wall clock against the monotonic one past this re-plans the schedule. */
+const clockStepMs = 60_000;
+const clockStepCheckMs = 15_000;
+
+/** node-cron's logger, writing to the service's log. */
+function cronLogger(log: Logger): CronLogger {
+  const line = (level: "debug" | "info" | "warn" | "error") => (message: string | Error, err?: Error) =>
+    message instanceof Error ? log[level]({ err: message }, "node-cron") : log[level]({ err }, `node-cron: ${message}`);
+  return { debug: line("debug"), info: line("info"), warn: line("warn"), error: line("error") };
 }
