@@ -265,6 +265,8 @@ describe("inbound webhooks: a JWKS that fails", () => {
   const fetched = new Map<string, number>();
   /** Whether /recovering serves the key set yet. */
   let recovered = false;
+  /** Whether /stepped serves the key set yet. */
+  let steppedUp = false;
 
   /** An RSA key jose will not use (under 2,048 bits), published under the kid the tests sign with. */
   const weakRsa = generateKeyPairSync("rsa", { modulusLength: 1024 });
@@ -289,6 +291,9 @@ describe("inbound webhooks: a JWKS that fails", () => {
           return res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ keys: [{ ...jwk, x: "AAAA" }] }));
         case "/recovering":
           if (!recovered) return res.writeHead(503).end();
+          return res.writeHead(200, { "content-type": "application/json" }).end(document);
+        case "/stepped":
+          if (!steppedUp) return res.writeHead(503).end();
           return res.writeHead(200, { "content-type": "application/json" }).end(document);
         default:
           return res.writeHead(404).end();
@@ -415,5 +420,29 @@ describe("inbound webhooks: a JWKS that fails", () => {
     expect(await verify()).toBeUndefined();
     expect(await verify()).toBeUndefined();
     expect(fetched.get("/recovering")).toBe(2); // the key set fetched is cached as before
+  });
+
+  it("does not remember a failure for longer than its 5 s when the clock steps back (it was held for the step's length: 30 min back, never fetched again)", async () => {
+    const clock = new ManualClock(Date.now());
+    const cache = new JwksCache({ allowHttp: true }, { clock });
+    const endpointUrl = `${server.config.baseUrl}/api/v1/webhooks/incoming/stepped`;
+    const verify = async () => {
+      const { body, headers } = await signedFor(endpointUrl);
+      return verifyWebhookJwt(cache, {
+        authorization: headers.Authorization,
+        jwksUrl: `${keys.url}/stepped`,
+        baseUrl: server.config.baseUrl,
+        endpointUrl,
+        eventId: headers["Webhook-Event-Id"],
+        body,
+        nowMs: Date.now(),
+      });
+    };
+    steppedUp = false;
+    expect(await verify()).toMatchObject({ status: 401, reason: "jwks_http_status" });
+    steppedUp = true;
+    clock.advance(-30 * 60_000);
+    expect(await verify()).toBeUndefined();
+    expect(fetched.get("/stepped")).toBe(2);
   });
 });

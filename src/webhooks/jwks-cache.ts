@@ -80,7 +80,8 @@ export class JwksCache {
   private fetchRememberingFailure(): FetchImplementation {
     let failure: { error: unknown; untilMs: number } | undefined;
     return async (url, init) => {
-      if (failure !== undefined && this.clock.now() < failure.untilMs) throw failure.error;
+      // (A memory ending further off than the cooldown is from before the clock stepped back: over.)
+      if (failure !== undefined && within(failure.untilMs - this.clock.now(), this.options.failureCooldownMs)) throw failure.error;
       try {
         // A listener saved while ACCESSD_JWKS_ALLOW_HTTP was on keeps its http URL: once the
         // variable is off, its keys are not fetched in clear any more (they were, silently).
@@ -106,11 +107,16 @@ export class JwksCache {
    */
   reportUnusableKey(url: string, error: unknown): void {
     const now = this.clock.now();
-    if ((this.unusableKeyReported.get(url) ?? 0) > now) return;
+    if (within((this.unusableKeyReported.get(url) ?? 0) - now, this.options.maxAgeMs)) return;
     if (this.unusableKeyReported.size >= this.options.maxUrls) this.unusableKeyReported.clear();
     this.unusableKeyReported.set(url, now + this.options.maxAgeMs);
     this.log?.warn({ jwksUrl: withoutCredentials(url), err: error }, "JWKS key cannot be imported: the webhooks it should verify are refused (jwks_invalid)");
   }
+}
+
+/** Whether a memory with `remainingMs` left of at most `spanMs` still holds: more left than it ever had means the clock stepped back. */
+function within(remainingMs: number, spanMs: number): boolean {
+  return remainingMs > 0 && remainingMs <= spanMs;
 }
 
 /** Whether a JWKS may be fetched from `url`: https, or http on a loopback host when allowed. */
