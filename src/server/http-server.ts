@@ -120,6 +120,16 @@ export class HttpServer {
     this.server.on("clientError", (error: Error, socket: Socket) => {
       answerClientError(error, socket, this.responses.get(socket)?.headersSent === true);
     });
+    // An idle keep-alive connection's timeout fires from a timer, and timers run before sockets are
+    // read: after the thread was held past it (a write waiting up to 5 s on another process's
+    // lock), a request sent meanwhile lay unread, and Node reset the connection. With a listener
+    // Node leaves the socket to it: closed once the loop has read what arrived, unless something did.
+    innerServers(this.server).http1?.on("timeout", (socket: Socket) => {
+      const bytesRead = socket.bytesRead;
+      setImmediate(() => {
+        if (socket.bytesRead === bytesRead && !this.responses.has(socket)) socket.destroy();
+      });
+    });
     // CONNECT (a proxy's tunnel request) never reaches 'request': without a listener Node drops
     // the connection unanswered. accessd is no proxy: 501 in the JSON error shape, then close.
     innerServers(this.server).http1?.on("connect", (req: IncomingMessage, socket: Socket) => refuseConnectMethod(req, socket));
