@@ -399,6 +399,12 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     );
   });
 
+  it("serves a Connect call over HTTP/1.0 without Host, which HTTP/1.0 allows (500 internal and an error line for anyone: connect-es found no authority)", async () => {
+    const port = Number(new URL(server.url).port);
+    const answer = await rawRequest(port, ["POST /grpc.health.v1.Health/Check HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"]);
+    expect({ status: answer?.status, body: answer?.body.toString() }).toEqual({ status: 200, body: '{"status":"SERVING"}' });
+  });
+
   it("answers reflection (a bidirectional stream) over HTTP/1.1 505 with a body saying it needs HTTP/2 (it was empty)", async () => {
     const res = await fetch(`${server.url}/grpc.reflection.v1.ServerReflection/ServerReflectionInfo`, {
       method: "POST",

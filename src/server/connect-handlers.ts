@@ -11,7 +11,7 @@ import type { Logger } from "../logger.js";
 import { asApiRefusal, refusalWithCode } from "./connect-refusals.js";
 import { writeJsonError } from "./json-error.js";
 import { discardBody } from "./read-body.js";
-import type { NodeRequest, NodeResponse } from "./node-http.js";
+import { isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { noteAnsweredCode } from "./outcome-codes.js";
 import { grpcMessageHeader } from "./protocol-error.js";
 import { operationName } from "./operation-name.js";
@@ -72,6 +72,9 @@ export class ConnectHandlers {
       writeJsonError(res, Code.NotFound, `no procedure ${path}`);
       return;
     }
+    // HTTP/1.0 may leave Host out, and connect-es builds the request's URL from it: it threw
+    // ("unable to determine request authority"), a 500 and an error line for anyone.
+    if (!isHttp2Request(req) && req.headers.host === undefined) req.headers.host = "localhost";
     let uReq = universalRequestFromNodeRequest(
       req,
       res,
