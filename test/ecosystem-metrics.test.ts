@@ -615,6 +615,37 @@ describe("the outcome code of an RPC reset by its client before any handler ran"
       await own.close();
     }
   });
+
+  it("is canceled, once, for a REST call over HTTP/2 reset after its body, which is not run (it ran, was logged twice, and its answer's write failed with an error line any client could cause)", async () => {
+    const { accessd: own, lines: logLines } = await startLoggedAccessd("info");
+    const client = http2Connect(own.url);
+    client.on("error", () => {});
+    try {
+      const { authorization } = await bootstrapAuthorization(own.url);
+      const closed = [];
+      for (let i = 0; i < 10; i++) {
+        const stream = client.request({ ":method": "POST", ":path": "/api/v1/apps", "content-type": "application/json", authorization, "x-request-id": `rest-reset-${i}` });
+        stream.on("error", () => {});
+        closed.push(once(stream, "close"));
+        stream.end('{"displayName":"reset"}');
+        stream.close(http2Constants.NGHTTP2_CANCEL); // right behind the body, in the same write
+      }
+      await Promise.all(closed);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const apps = (await (await fetch(`${own.url}/api/v1/apps?page_size=100`, { headers: { authorization } })).json()) as { list: unknown[] };
+      expect(logLines().filter((line) => line.level === 50)).toEqual([]);
+      const lines = logLines().filter((line) => String(line.requestId).startsWith("rest-reset-"));
+      expect(new Set(lines.map((line) => line.requestId)).size).toBe(10); // one line each
+      expect(lines).toHaveLength(10);
+      // Reset before its handler (as the body and the reset arrive together, nearly always): canceled, not run.
+      const ran = lines.filter((line) => line.code !== "canceled");
+      expect(ran.map((line) => line.code)).toEqual(ran.map(() => "ok"));
+      expect(apps.list).toHaveLength(ran.length);
+    } finally {
+      client.close();
+      await own.close();
+    }
+  });
 });
 
 describe("a request the shutdown cuts", () => {

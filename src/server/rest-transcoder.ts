@@ -1,3 +1,4 @@
+import { Http2ServerResponse } from "node:http2";
 import type { UniversalHandler } from "@connectrpc/connect/protocol";
 import {
   fromJsonString,
@@ -117,6 +118,10 @@ export class RestTranscoder {
     res.once("close", () => {
       if (!res.writableFinished) abort.abort();
     });
+    // A client that reset its HTTP/2 stream after sending the body: nobody to answer, and the call
+    // is not run (as over gRPC and Connect); it ran, and writing its answer failed with an error
+    // line any client could cause, the call counted twice (canceled, then its own code).
+    if (clientGone(res)) return;
     const response = await route.handler({
       httpVersion: req.httpVersion,
       method: "POST",
@@ -137,7 +142,12 @@ export class RestTranscoder {
     // A HEAD answer has no body. Node leaves it out over HTTP/1.1 itself, but over HTTP/2 the
     // stream of a HEAD request ends with its headers, and writing the body after them broke the
     // answer (the client saw the stream end without headers).
-    await universalResponseToNodeResponse(req.method === "HEAD" ? { ...answered, body: undefined } : answered, res);
+    try {
+      await universalResponseToNodeResponse(req.method === "HEAD" ? { ...answered, body: undefined } : answered, res);
+    } catch (e) {
+      if (ConnectError.from(e).code === Code.Aborted) return; // the client went away meanwhile
+      throw e;
+    }
   }
 
   /**
@@ -444,4 +454,9 @@ function forwardedHeaders(req: NodeRequest): Headers {
   }
   header.set("content-type", "application/json");
   return header;
+}
+
+/** Whether the client closed the connection or reset the stream (HTTP/2) before its answer. */
+function clientGone(res: NodeResponse): boolean {
+  return res instanceof Http2ServerResponse ? res.stream.destroyed : res.destroyed;
 }
