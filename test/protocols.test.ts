@@ -1,4 +1,5 @@
 import { connect as http2Connect } from "node:http2";
+import { connect as netConnect } from "node:net";
 import { once } from "node:events";
 import * as grpc from "@grpc/grpc-js";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
@@ -15,7 +16,7 @@ import {
 import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { createApp, createEntitlement, createUser, listOwnerIds, ownersPath } from "./support/api-fixtures.js";
 import { rawRequest } from "./support/raw-http.js";
-import { startTestServer, type TestServer } from "./support/test-server.js";
+import { startTestServer, testBootstrapClient, type TestServer } from "./support/test-server.js";
 
 let server: TestServer;
 beforeAll(async () => {
@@ -397,6 +398,23 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     expect(((await res.json()) as { message: string }).message).toBe(
       "/grpc.health.v1.Health/Watch takes Connect (application/json or application/proto; a stream application/connect+json or +proto), gRPC (application/grpc) or gRPC-Web (application/grpc-web)",
     );
+  });
+
+  it("answers a malformed request pipelined behind a good one after the good one's answer, in order (its 400 took the first one's place, which had run)", async () => {
+    const socket = netConnect(Number(new URL(server.url).port), "127.0.0.1");
+    await once(socket, "connect");
+    let received = "";
+    socket.on("data", (chunk: Buffer) => (received += chunk.toString()));
+    const closed = once(socket, "close");
+    const form = new URLSearchParams({ grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: testBootstrapClient.clientSecret }).toString();
+    socket.write(
+      `POST /auth/v1/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${form.length}\r\n\r\n${form}` +
+        "GET / HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n",
+    );
+    await closed;
+    expect(received.match(/HTTP\/1\.1 \d{3}/g)).toEqual(["HTTP/1.1 200", "HTTP/1.1 400"]);
+    expect(received).toContain('"access_token"');
+    expect(received).toContain('{"code":"invalid_argument","message":"malformed HTTP request"}');
   });
 
   it("serves a Connect call over HTTP/1.0 without Host, which HTTP/1.0 allows (500 internal and an error line for anyone: connect-es found no authority)", async () => {

@@ -117,8 +117,20 @@ export class HttpServer {
     // one by one; with Nagle's algorithm on, the last small frame waits for the client's delayed
     // ACK, 40 ms per gRPC call. HTTP/1.1 sets this itself; do it for every connection.
     this.server.on("connection", (socket: Socket) => socket.setNoDelay(true));
-    this.server.on("clientError", (error: Error, socket: Socket) => {
-      answerClientError(error, socket, this.responses.get(socket)?.headersSent === true);
+    this.server.on("clientError", (error: Error & { code?: string }, socket: Socket) => {
+      const inProgress = this.responses.get(socket);
+      if (inProgress !== undefined && !inProgress.writableFinished && error.code !== "ECONNRESET") {
+        // A malformed request pipelined behind one still being answered: its 400 goes after that
+        // answer, in order (RFC 9112 9.3.2). Written at once, it took the first request's place
+        // (which ran: a webhook accepted, a token issued, its answer lost).
+        const answerNext = (): void => answerClientError(error, socket, false);
+        inProgress.once("finish", answerNext);
+        inProgress.once("close", () => {
+          if (!inProgress.writableFinished) socket.destroy();
+        });
+        return;
+      }
+      answerClientError(error, socket, inProgress?.headersSent === true);
     });
     // An idle keep-alive connection's timeout fires from a timer, and timers run before sockets are
     // read: after the thread was held past it (a write waiting up to 5 s on another process's
