@@ -221,6 +221,37 @@ describe("npm start (accessd serve)", () => {
     expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
     expect(await cli.exited).toEqual({ code: 0, signal: null });
   });
+
+  it("answers a request in flight at SIGTERM with Connection: close (it said keep-alive, and the client's next request was reset)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const connection = rawConnection(url);
+    const form = "grant_type=client_credentials&client_id=nobody&client_secret=x";
+    connection.socket.write(`POST /auth/v1/token HTTP/1.1\r\nhost: accessd\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: ${form.length}\r\n\r\n${form.slice(0, 10)}`);
+    await new Promise((resolve) => setTimeout(resolve, 200)); // its headers read: in flight
+    cli.child.kill("SIGTERM");
+    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    connection.socket.write(form.slice(10));
+    const answer = await connection.closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 401 /);
+    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("stops at once, without saying requests were cut, when requests pipelined behind one answered with Connection: close go unanswered (it waited the drain's 10 s for them)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const connection = rawConnection(url);
+    const healthz = "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n";
+    connection.socket.write(healthz);
+    await until("the first answer arrived", () => connection.received().includes('{"status":"ok"}'));
+    const stopping = Date.now();
+    cli.child.kill("SIGTERM");
+    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    connection.socket.write(healthz.repeat(3));
+    await connection.closed;
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    expect(Date.now() - stopping).toBeLessThan(4_000);
+    expect(cli.stdout()).not.toContain("requests still in flight at the deadline were cut");
+  });
 });
 
 /** Throws a message naming the port when something on this machine already listens on it. */

@@ -26,6 +26,8 @@ export class ConnectionTracker {
   /** Sockets known to speak HTTP/1.1; the others may carry HTTP/2 sessions, which GOAWAY closes. */
   private readonly http1Sockets = new WeakSet<Socket>();
   private readonly sessions = new Set<Http2Session>();
+  /** HTTP/1.1 responses in flight. */
+  private readonly http1Responses = new Set<NodeResponse>();
   private inFlight = 0;
   private draining = false;
   private cutting = false;
@@ -79,7 +81,13 @@ export class ConnectionTracker {
       if (active !== undefined) this.sockets.set(socket, active + 1);
     }
     if (this.draining && socket !== undefined) res.setHeader("connection", "close");
-    res.once("close", () => {
+    if (socket !== undefined) this.http1Responses.add(res);
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
+      this.http1Responses.delete(res);
+      socket?.removeListener("close", release);
       this.inFlight--;
       // A client that hangs up mid-request closes its socket first (this tracker's listener,
       // added at accept, runs before Node's, which closes the response): a socket no longer
@@ -91,7 +99,12 @@ export class ConnectionTracker {
         if (this.draining && active === 1) socket.end();
       }
       if (this.draining && this.inFlight === 0) this.drained?.();
-    });
+    };
+    res.once("close", release);
+    // A request pipelined behind one whose answer closed the connection (Connection: close, at a
+    // drain) is never answered, and its response never closes: its connection's end releases it
+    // (the drain waited its whole 10 s for two such, and said they were cut).
+    socket?.once("close", release);
   }
 
   /**
@@ -103,6 +116,9 @@ export class ConnectionTracker {
   async drain(deadlineMs: number): Promise<number> {
     const started = performance.now();
     this.draining = true;
+    // Answers still to come on HTTP/1.1 say the connection ends with them: one answered with
+    // keep-alive led its client to send the next request on a connection about to be closed.
+    for (const res of this.http1Responses) if (!res.headersSent) res.setHeader("connection", "close");
     // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead
     // (which names the last stream served, so a client knows what to send again elsewhere).
     for (const session of this.sessions) session.close();
