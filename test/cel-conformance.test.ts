@@ -174,6 +174,13 @@ describe("has() as the CEL spec has it: of a map's key or a message's field, an 
     expect(errorOf(source, { user: "ada", list: [1], none: null })).toBe(`has() tests a field of a map or a message: ${what}`);
   });
 
+  it("tests a field of a macro's result, and a read of one names what it can (cel-es could not write a macro back: compiling either threw, a 500 on save)", () => {
+    const trigger = { lm: [{ x: 1 }] };
+    expect(valueOf("has(ctx.trigger.lm.filter(i, true)[0].x) && has([1].map(x, {'a': x})[0].a)", trigger)).toBe(true);
+    expect(valueOf("ctx.trigger.lm.map(i, i)[0].x", trigger)).toBe(1);
+    expect(errorOf("has(ctx.trigger.lm.map(i, i.x)[0].y)", trigger)).toBe("has() tests a field of a map or a message: its operand is a double");
+  });
+
   it("is absorbed by || and && as other errors are", () => {
     expect(valueOf("has(ctx.trigger.user.email) || true", { user: "ada" })).toBe(true);
     expect(valueOf("false && has(ctx.trigger.user.email)", { user: "ada" })).toBe(false);

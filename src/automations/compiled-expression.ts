@@ -190,7 +190,8 @@ function checkPresenceOperands(parsed: ParsedCel, newId: () => bigint): void {
     const kind = expr.exprKind;
     if (kind.case !== "selectExpr" || !kind.value.testOnly || kind.value.operand === undefined) return;
     const operand = kind.value.operand;
-    const text = create(ExprSchema, { id: newId(), exprKind: { case: "constExpr", value: { constantKind: { case: "stringValue", value: unparse(operand) } } } });
+    const shown = sourceText(operand) ?? "its operand";
+    const text = create(ExprSchema, { id: newId(), exprKind: { case: "constExpr", value: { constantKind: { case: "stringValue", value: shown } } } });
     kind.value.operand = create(ExprSchema, {
       id: newId(),
       exprKind: { case: "callExpr", value: create(CallSchema, { function: presenceOperandFunction, args: [operand, text] }) },
@@ -284,16 +285,30 @@ function collectAccesses(root: Expr): FieldAccess[] {
   const accesses: FieldAccess[] = [];
   forEachExpr(root, (expr) => {
     const kind = expr.exprKind;
+    const text = (): string | undefined => sourceText(expr);
     if (kind.case === "selectExpr" && !kind.value.testOnly && kind.value.operand !== undefined) {
-      accesses.push({ exprId: expr.id, field: kind.value.field, text: unparse(expr) });
+      const shown = text();
+      if (shown !== undefined) accesses.push({ exprId: expr.id, field: kind.value.field, text: shown });
     } else if (kind.case === "callExpr" && kind.value.function === "_[_]") {
       const key = kind.value.args[1]?.exprKind;
-      if (key?.case === "constExpr" && key.value.constantKind.case === "stringValue") {
-        accesses.push({ exprId: expr.id, field: key.value.constantKind.value, text: unparse(expr) });
-      }
+      const shown = key?.case === "constExpr" && key.value.constantKind.case === "stringValue" ? text() : undefined;
+      if (shown !== undefined && key?.case === "constExpr") accesses.push({ exprId: expr.id, field: String(key.value.constantKind.value), text: shown });
     }
   });
   return accesses;
+}
+
+/**
+ * The expression written back as CEL, for messages; undefined for one cel-es cannot write back:
+ * a macro's expansion (`xs.filter(x, p)[0].y`, `has(xs.map(x, x)[0].y)`) threw "unsupported
+ * expression: comprehension", which made saving such an expression a 500.
+ */
+export function sourceText(expr: Expr): string | undefined {
+  try {
+    return unparse(expr);
+  } catch {
+    return undefined;
+  }
 }
 
 /**

@@ -1,5 +1,5 @@
-import { isCelError, isCelList, isCelMap, unparse, type CelError, type CelResult, type CelValue } from "@bufbuild/cel";
-import { CelSyntaxError, compileExpression, forEachExpr, type CompiledExpression, type Expr } from "./compiled-expression.js";
+import { isCelError, isCelList, isCelMap, type CelError, type CelResult, type CelValue } from "@bufbuild/cel";
+import { CelSyntaxError, compileExpression, forEachExpr, sourceText, type CompiledExpression, type Expr } from "./compiled-expression.js";
 import { aValueOf } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import type { StepContext } from "./step-context.js";
@@ -79,7 +79,8 @@ function operandValue(read: Expr, context: StepContext): KnownValue | typeof unk
   const kind = read.exprKind;
   const operand = kind.case === "selectExpr" ? kind.value.operand : kind.case === "callExpr" && kind.value.function === "_[_]" ? kind.value.args[0] : undefined;
   if (operand === undefined) return unknown;
-  const text = unparse(operand);
+  const text = sourceText(operand);
+  if (text === undefined) return unknown;
   const value = evaluateAlone(text, context);
   return value === undefined || isCelError(value) ? unknown : { known: true, value, text };
 }
@@ -118,7 +119,8 @@ function failingIndex(expression: CompiledExpression, key: string, context: Step
   for (const indexing of indexes.reverse().slice(0, maxIndexesExplained)) {
     const operand = operandValue(indexing, context);
     if (!operand.known) continue;
-    const text = unparse(indexing);
+    const text = sourceText(indexing);
+    if (text === undefined) continue;
     const whole = evaluateAlone(text, context);
     if (whole !== undefined && isCelError(whole) && whole.message === `index ${key} out of bounds [0, -1)`) return { text, operand };
   }
