@@ -5,7 +5,8 @@ import { gzipSync } from "node:zlib";
 import * as grpc from "@grpc/grpc-js";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
 import { SignJWT, type JWTPayload } from "jose";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { Role } from "../gen/svc/api/iam/v1/role_pb.js";
 import { ManualClock } from "../src/clock.js";
 import {
@@ -91,6 +92,22 @@ describe("POST /auth/v1/token with client_secret_post", () => {
       await expectTokenWorksEverywhere(String(answer.body.access_token));
     });
   }
+
+  it("answers 503 temporarily_unavailable to a damaged page, and makes the server unready as every other route does (it stayed ready)", async () => {
+    const own = await startTestServer();
+    try {
+      const damaged = new Database.SqliteError("database disk image is malformed", "SQLITE_CORRUPT");
+      const read = vi.spyOn(own.store.clients, "get").mockImplementation(() => {
+        throw damaged;
+      });
+      const answer = await requestToken(own, { grant_type: "client_credentials", client_id: testBootstrapClient.clientId, client_secret: testBootstrapClient.clientSecret });
+      read.mockRestore();
+      expect([answer.status, answer.body.error]).toEqual([503, "temporarily_unavailable"]);
+      expect((await fetch(`${own.url}/readyz`)).status).toBe(503);
+    } finally {
+      await own.close();
+    }
+  });
 
   it("answers 401 invalid_client to a wrong secret", async () => {
     const answer = await requestToken(server, {

@@ -80,7 +80,9 @@ export function tokenEndpoint(endpointOptions: TokenEndpointOptions): RawRoute {
         options.log.info({ requestId: facts.requestId, ...audit, expiresIn: issued.expiresIn }, "token issued");
       } catch (e) {
         if (isStoreUnavailable(e)) {
-          // Disk full, locked, I/O error (a private_key_jwt grant records the assertion's jti).
+          // Disk full, locked, I/O error (a private_key_jwt grant records the assertion's jti), or
+          // a damaged page, which makes the server unready as everywhere else.
+          options.store.noteDamage(e);
           options.log.error({ err: e, requestId: facts.requestId, ...audit }, "token request failed: the store is unavailable");
           writeOAuthError(res, new OAuthError("temporarily_unavailable", storeUnavailableMessage, 503, storeUnavailableHeaders));
           options.onOutcome?.("temporarily_unavailable");
