@@ -249,8 +249,9 @@ describe("accessd webhook sign|send: what it refuses, and how a send fails", () 
   });
 
   it("refuses a --url with user:password@ without showing it (fetch's refusal quoted the password twice)", async () => {
-    const url = hook.postUrl.replace("http://", "http://ops:hunter2-password@");
-    for (const command of ["send", "sign"]) {
+    const given = hook.postUrl.replace("http://", "http://ops:hunter2-password@");
+    const cases: [string, string][] = [["send", given], ["sign", given], ["send", "http://ops:hunter2-password@127.0.0.1:99999/x"], ["send", "ops:hunter2-password@localhost/x"]];
+    for (const [command, url] of cases) {
       const cli = spawnCli(["webhook", command, "--url", url, "--data", "{}", "--secret", hook.secret], {});
       expect(await cli.exited).toEqual({ code: 1, signal: null });
       expect(cli.stderr()).toBe("accessd: --url carries user:password@, which a listener does not take (the signature authenticates the sender): leave it out\n");

@@ -77,15 +77,18 @@ async function post(url: string, headers: SignedHeaders, body: Buffer, timeoutSe
  * that refused one quoted the URL, password and all, twice: refused here without showing it.
  */
 function refuseCredentialsInUrl(url: string): void {
-  let parsed: URL;
+  let parsed: URL | undefined;
   try {
     parsed = new URL(url);
   } catch {
-    return; // signing or sending says what is wrong with it
+    parsed = undefined;
   }
-  if (parsed.username !== "" || parsed.password !== "") {
-    throw new Error("--url carries user:password@, which a listener does not take (the signature authenticates the sender): leave it out");
-  }
+  // One that is no http(s) URL is quoted by the refusal that follows: not with an `@` before its path.
+  const carries =
+    parsed !== undefined && /^https?:$/.test(parsed.protocol)
+      ? parsed.username !== "" || parsed.password !== ""
+      : /^(?:[a-z][\w+.-]*:\/\/)?[^/?#]*@/i.test(url);
+  if (carries) throw new Error("--url carries user:password@, which a listener does not take (the signature authenticates the sender): leave it out");
 }
 
 /** The innermost useful message of a fetch failure: its cause's, or each attempt's when several addresses were tried. */
