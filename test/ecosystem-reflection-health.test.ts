@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1Alpha } from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { healthService } from "../src/server/health/health-service.js";
+import { healthService, statusPollMs } from "../src/server/health/health-service.js";
 import { DescriptorIndex } from "../src/server/reflection/descriptor-index.js";
 import { ReflectionStreams, serverReflectionV1, serverReflectionV1Alpha } from "../src/server/reflection/reflection-service.js";
 import { createApp, createEntitlement, createUser, listOwnerIds } from "./support/api-fixtures.js";
@@ -305,6 +305,29 @@ describe("gRPC health", () => {
     }
     await closing;
     expect(seen).toEqual([Status.SERVING, Status.NOT_SERVING]);
+  });
+
+  it("streams NOT_SERVING to a Watch when the readiness changes (the store found damaged), and SERVING again once it is back (a watch said nothing of either)", async () => {
+    let ready = true;
+    const client = createClient(
+      Health,
+      createRouterTransport((router) => router.service(Health, healthService({ shutdown: new AbortController().signal, ready: () => ready, services: [] }))),
+    );
+    const abort = new AbortController();
+    const seen: Status[] = [];
+    const started = performance.now();
+    try {
+      for await (const res of client.watch({}, { signal: abort.signal })) {
+        seen.push(res.status);
+        if (seen.length === 1) ready = false;
+        if (seen.length === 2) ready = true;
+        if (seen.length === 3) abort.abort();
+      }
+    } catch (e) {
+      if (ConnectError.from(e).code !== Code.Canceled) throw e;
+    }
+    expect(seen).toEqual([Status.SERVING, Status.NOT_SERVING, Status.SERVING]);
+    expect(performance.now() - started).toBeLessThan(2 * statusPollMs + 1_500);
   });
 
   for (const httpVersion of ["1.1", "2"] as const) {

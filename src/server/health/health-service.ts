@@ -30,11 +30,23 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
   const maxWatches = options.maxWatches ?? defaultMaxWatches;
   /**
    * The open watches' wake-ups. One listener on the shutdown signal for all of them: a listener
-   * each made adding one cost more the more were open (32,000 took 5 s).
+   * each made adding one cost more the more were open (32,000 took 5 s). While any is open, the
+   * status is read every statusPollMs and each watch woken when it changed (the store found
+   * damaged, and ready again: a watch said nothing of either).
    */
-  const watchers = new Set<() => void>();
+  const watchers = new Set<(why: Wake) => void>();
+  let lastStatus = status();
+  let poll: NodeJS.Timeout | undefined;
+  const watchStatus = (): void => {
+    poll ??= setInterval(() => {
+      const now = status();
+      if (now === lastStatus) return;
+      lastStatus = now;
+      for (const wake of watchers) wake("changed");
+    }, statusPollMs).unref();
+  };
   options.shutdown.addEventListener("abort", () => {
-    for (const wake of watchers) wake();
+    for (const wake of watchers) wake("shutdown");
   }, { once: true });
 
   return {
@@ -47,35 +59,84 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
       return { statuses: Object.fromEntries([...known].map((name) => [name, { status: current }])) };
     },
     /**
-     * Sends the current status, then NOT_SERVING when shutdown begins and ends the stream, so that
-     * an open watch never holds the graceful drain.
+     * Sends the current status, and the new one whenever it changes; NOT_SERVING when shutdown
+     * begins, and ends the stream, so that an open watch never holds the graceful drain.
      */
     async *watch(request, context) {
       if (watchers.size >= maxWatches) {
         throw new ConnectError(`${maxWatches} health watches are open already; poll Check instead`, Code.ResourceExhausted);
       }
-      let wake = () => {};
-      const woken = new Promise<"shutdown" | "client">((resolve) => {
-        wake = () => resolve("shutdown");
-        context.signal.addEventListener("abort", () => resolve("client"), { once: true });
-      });
+      const wakes = new WakeQueue();
+      const wake = (why: Wake): void => wakes.push(why);
+      context.signal.addEventListener("abort", () => wake("client"), { once: true });
       watchers.add(wake);
       try {
-        const first = known.has(request.service) ? status() : Status.SERVICE_UNKNOWN;
-        yield { status: first };
-        // Shutdown may have begun while the first answer waited to be taken.
-        const endedBy = context.signal.aborted ? "client" : options.shutdown.aborted ? "shutdown" : await woken;
-        if (endedBy === "shutdown" && first !== Status.NOT_SERVING) yield { status: Status.NOT_SERVING };
-        // A watch that reached the client's deadline (grpc-timeout, connect-timeout-ms) ends with
-        // DEADLINE_EXCEEDED, as the log and the metrics count it; it ended OK, as if the server
-        // had closed it. A client that went away takes no answer.
-        if (endedBy === "client") {
-          const reason = ConnectError.from(context.signal.reason);
-          if (reason.code === Code.DeadlineExceeded) throw reason;
+        const serviceKnown = known.has(request.service);
+        let sent = serviceKnown ? status() : Status.SERVICE_UNKNOWN;
+        if (serviceKnown) {
+          lastStatus = sent;
+          watchStatus();
+        }
+        yield { status: sent };
+        for (;;) {
+          // Shutdown may have begun, or the client gone, while an answer waited to be taken.
+          const why = context.signal.aborted ? "client" : options.shutdown.aborted ? "shutdown" : await wakes.next();
+          if (why === "shutdown") {
+            if (sent !== Status.NOT_SERVING) yield { status: Status.NOT_SERVING };
+            return;
+          }
+          if (why === "client") {
+            // A watch that reached the client's deadline (grpc-timeout, connect-timeout-ms) ends
+            // with DEADLINE_EXCEEDED, as the log and the metrics count it; it ended OK, as if the
+            // server had closed it. A client that went away takes no answer.
+            const reason = ConnectError.from(context.signal.reason);
+            if (reason.code === Code.DeadlineExceeded) throw reason;
+            return;
+          }
+          const now = serviceKnown ? status() : sent;
+          if (now !== sent) {
+            sent = now;
+            yield { status: now };
+          }
         }
       } finally {
         watchers.delete(wake);
+        if (watchers.size === 0 && poll !== undefined) {
+          clearInterval(poll);
+          poll = undefined;
+        }
       }
     },
   };
+}
+
+/** How often open watches' status is read (a SELECT 1 and a flag). */
+export const statusPollMs = 1_000;
+
+type Wake = "shutdown" | "client" | "changed";
+
+/** A watch's wake-ups, kept while it is not waiting (the most pressing one: a shutdown, a client gone, a change). */
+class WakeQueue {
+  private pending: Wake | undefined;
+  private waiting: ((why: Wake) => void) | undefined;
+
+  push(why: Wake): void {
+    const waiting = this.waiting;
+    if (waiting !== undefined) {
+      this.waiting = undefined;
+      waiting(why);
+      return;
+    }
+    const rank = { changed: 0, client: 1, shutdown: 2 };
+    if (this.pending === undefined || rank[why] > rank[this.pending]) this.pending = why;
+  }
+
+  next(): Promise<Wake> {
+    const pending = this.pending;
+    if (pending !== undefined) {
+      this.pending = undefined;
+      return Promise.resolve(pending);
+    }
+    return new Promise((resolve) => (this.waiting = resolve));
+  }
 }
