@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { copyFileSync, existsSync, lstatSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -238,6 +239,28 @@ describe("accessd rotate-data-key", () => {
     expect(lstatSync(keyFile).isSymbolicLink()).toBe(true);
     expect(readFileSync(mounted, "utf8")).toBe(oldKey);
     expect(existsSync(nextKeyFilePath(seeded.database))).toBe(false);
+    await expectServesAsBefore(seeded);
+  });
+
+  it("refuses a key file that is a mount point (a file mounted in), which it could not rename over after the commit, and changes nothing", async (context) => {
+    const seeded = await seededDatabase();
+    const keyFile = dataKeyFilePath(seeded.database);
+    const oldKey = readFileSync(keyFile, "utf8");
+    const secret = join(tempDir(), "secret.key");
+    copyFileSync(keyFile, secret);
+    try {
+      execFileSync("mount", ["--bind", secret, keyFile], { stdio: "ignore" });
+    } catch {
+      context.skip(); // needs root and a mount namespace that allows it
+      return;
+    }
+    try {
+      await expect(rotateDataKey(seeded.database, {})).rejects.toThrow(`the key file ${keyFile} is a mount point (a file mounted in)`);
+      expect(readFileSync(keyFile, "utf8")).toBe(oldKey);
+      expect(existsSync(nextKeyFilePath(seeded.database))).toBe(false);
+    } finally {
+      execFileSync("umount", [keyFile], { stdio: "ignore" });
+    }
     await expectServesAsBefore(seeded);
   });
 });

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, lstatSync, realpathSync, renameSync, rmSync } from "node:fs";
+import { existsSync, lstatSync, readFileSync, realpathSync, renameSync, rmSync } from "node:fs";
 import { dirname } from "node:path";
 import { ConfigError } from "../config.js";
 import { dataKeyFilePath, keyCheckAssociatedData, keyCheckSetting, keyInFile, nextKeyFilePath, readKeyFile, writeNewKeyFile } from "./data-key.js";
@@ -84,7 +84,7 @@ function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
   const keyFile = dataKeyFilePath(databasePath);
   const nextFile = nextKeyFilePath(databasePath);
   if (!existsSync(keyFile)) throw new ConfigError("ACCESSD_DATA_KEY", `not set, and the key file ${keyFile} is missing`);
-  refuseLinkedKeyFile(keyFile);
+  refuseUnreplaceableKeyFile(keyFile);
   let discardedNextKeyFile: DataKeyRotation["discardedNextKeyFile"];
   if (existsSync(nextFile)) {
     const leftKey = keyInFile(nextFile);
@@ -116,12 +116,20 @@ function rotateKeyFile(databasePath: string, store: Store): DataKeyRotation {
 }
 
 /**
- * The rotation renames the new key file over the old one, which replaces a symbolic link with a
- * file and leaves the link's target (a secrets mount, say) holding the old key: put back by
- * whatever made the link, it would no longer open the database, and the new key would be lost
- * with the file it replaced. Refused before anything changes.
+ * The rotation renames the new key file over the old one. Refused before anything changes where
+ * that cannot end well: a symbolic link would be replaced with a file, its target (a secrets
+ * mount, say) left with the old key, which would no longer open the database once the link was
+ * put back (the new key lost with the file it replaced); a file mounted in cannot be renamed over.
  */
-function refuseLinkedKeyFile(keyFile: string): void {
+function refuseUnreplaceableKeyFile(keyFile: string): void {
+  if (isMountPoint(keyFile)) {
+    // A file bind-mounted in (a Docker file volume, a Kubernetes secret's subPath) cannot be
+    // renamed over: EBUSY after the commit, every run again, the server refused at its start.
+    throw new Error(
+      `the key file ${keyFile} is a mount point (a file mounted in): the rotation renames the new key over it, which a mount refuses; ` +
+        `rotate with the key as ACCESSD_DATA_KEY and the new one as ACCESSD_NEW_DATA_KEY, or mount the key's folder instead of the file`,
+    );
+  }
   if (!lstatSync(keyFile).isSymbolicLink()) return;
   const target = realpathSync(keyFile);
   throw new Error(
@@ -178,4 +186,17 @@ function resealAll(store: Store, current: SecretCipher, next: SecretCipher, curr
     db.pragma("secure_delete = OFF");
   }
   return { webhookSecrets: secrets.length, signingKeys: signingKeys.length };
+}
+
+/** Whether `path` is where something is mounted (Linux's /proc/self/mountinfo; false where there is none). */
+function isMountPoint(path: string): boolean {
+  let mounts: string;
+  try {
+    mounts = readFileSync("/proc/self/mountinfo", "utf8");
+  } catch {
+    return false;
+  }
+  const real = realpathSync(path);
+  // The fifth field is the mount point, with spaces and the like as octal escapes (\040).
+  return mounts.split("\n").some((line) => (line.split(" ")[4] ?? "").replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))) === real);
 }
