@@ -181,6 +181,17 @@ describe("has() as the CEL spec has it: of a map's key or a message's field, an 
     expect(errorOf("has(ctx.trigger.lm.map(i, i.x)[0].y)", trigger)).toBe("has() tests a field of a map or a message: its operand is a double");
   });
 
+  it("finds a key whose value is null, as `in` does (cel-es's maps read it as absent: has() and `in` were false while size() counted it)", () => {
+    expect(valueOf("[has(ctx.trigger.a), 'a' in ctx.trigger, has({'k': null}.k), 'k' in {'k': null}, 'b' in ctx.trigger, size(ctx.trigger)]", { a: null })).toEqual([
+      true,
+      true,
+      true,
+      true,
+      false,
+      1,
+    ]);
+  });
+
   it("is absorbed by || and && as other errors are", () => {
     expect(valueOf("has(ctx.trigger.user.email) || true", { user: "ada" })).toBe(true);
     expect(valueOf("false && has(ctx.trigger.user.email)", { user: "ada" })).toBe(false);

@@ -4,6 +4,7 @@ import { isReflectMessage } from "@bufbuild/protobuf/reflect";
 import { strings } from "@bufbuild/cel/ext";
 import { Expr_CallSchema as CallSchema, ExprSchema, ParsedExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
 import { conformingCasts, maxInt64, maxUint64, minInt64 } from "./conforming-casts.js";
+import { conformingMaps } from "./conforming-maps.js";
 import { conformingStrings } from "./conforming-strings.js";
 import { conformingTime } from "./conforming-time.js";
 import { aValueOf } from "./json-cel.js";
@@ -27,7 +28,7 @@ export type Expr = ParsedCel["expr"];
 /** The one variable expressions see: `ctx` (ctx.trigger, ctx.steps.<name>, ctx.<name>). */
 const variables = { ctx: mapType(CelScalar.STRING, CelScalar.DYN) };
 
-export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts, ...conformingStrings, ...conformingTime] });
+export const celEnvironment = celEnv({ variables, funcs: [...strings, ...conformingCasts, ...conformingStrings, ...conformingTime, ...conformingMaps] });
 
 /** Called (by the rewritten plan) before every comprehension iteration; its argument is the loop condition. */
 const iterationBudgetFunction = "accessd.comprehensionIteration";
@@ -35,8 +36,8 @@ const iterationBudgetFunction = "accessd.comprehensionIteration";
 /** Wraps each list and map literal (by the rewritten plan): charges what the literal built, returns it. */
 const literalFunction = "accessd.literal";
 
-/** Wraps the operand of each `has()` (by the rewritten plan, with the operand's text): returns it if it is a map or a message, else an error. */
-const presenceOperandFunction = "accessd.presenceOperand";
+/** Takes the place of each `has(e.f)` (by the rewritten plan): `e`, the field's name and `e`'s text, for its message. */
+const presenceTestFunction = "accessd.has";
 
 /**
  * What expressions are planned with: celEnvironment's functions with a linear `replace`, every
@@ -52,6 +53,7 @@ const plannedEnvironment = meteredCalls(
       ...conformingCasts,
       ...conformingStrings,
       ...conformingTime,
+      ...conformingMaps,
       celFunc(iterationBudgetFunction, [CelScalar.BOOL], CelScalar.BOOL, (condition) => {
         countIteration();
         return condition;
@@ -59,13 +61,18 @@ const plannedEnvironment = meteredCalls(
       celFunc(appendToAccumulatorFunction, [listType(CelScalar.DYN), listType(CelScalar.DYN)], listType(CelScalar.DYN), appendToAccumulator),
       celFunc(literalFunction, [listType(CelScalar.DYN)], listType(CelScalar.DYN), chargeLiteral),
       celFunc(literalFunction, [mapType(CelScalar.DYN, CelScalar.DYN)], mapType(CelScalar.DYN, CelScalar.DYN), chargeLiteral),
-      celFunc(presenceOperandFunction, [CelScalar.DYN, CelScalar.STRING], CelScalar.DYN, (operand, text) => {
-        if (isCelMap(operand) || isReflectMessage(operand)) return operand;
+      celFunc(presenceTestFunction, [CelScalar.DYN, CelScalar.STRING, CelScalar.STRING], CelScalar.BOOL, (operand, field, text) => {
+        if (isCelMap(operand)) return operand.get(field) !== undefined; // present with a null value too
+        if (isReflectMessage(operand)) {
+          const declared = operand.desc.fields.find((f) => f.name === field);
+          if (declared === undefined) throw new Error(`no_such_field: ${operand.desc.typeName} has no field ${field}`);
+          return operand.isSet(declared);
+        }
         throw new Error(`has() tests a field of a map or a message: ${text} is ${aValueOf(operand)}`);
       }),
     ],
   }),
-  new Set([iterationBudgetFunction, appendToAccumulatorFunction, literalFunction, presenceOperandFunction, "replace"]),
+  new Set([iterationBudgetFunction, appendToAccumulatorFunction, literalFunction, presenceTestFunction, "replace"]),
 );
 
 /** A read of a field or key, kept to name a missing field in run-time errors. */
@@ -157,9 +164,10 @@ export function compileExpression(source: string): CompiledExpression {
  * - a `map` or `filter` appends to its accumulator with appendToAccumulator, in place: only the
  *   comprehension sees its accumulator (cel-es binds `__result__` for the macro's own loop step,
  *   not for the expression inside it: evaluation-budget.test.ts checks that it stays so);
- * - every `has(e.f)`'s operand `e` is checked to be a map or a message: the spec makes `has()`
- *   of anything else an error, cel-es answered false (`has(ctx.trigger.user.email)` with `user`
- *   a string, a list or null).
+ * - every `has(e.f)` is a call of presenceTestFunction: the spec makes `has()` of anything but a
+ *   map or a message an error, where cel-es answered false (`has(ctx.trigger.user.email)` with
+ *   `user` a string, a list or null), and a key whose value is null present, where cel-es's maps
+ *   said absent (`has({'a': null}.a)` was false).
  */
 function forBudgetedPlanning(parsed: ParsedCel): ParsedCel {
   let nextId = 0n;
@@ -179,23 +187,20 @@ function forBudgetedPlanning(parsed: ParsedCel): ParsedCel {
     const append = accumulatorAppend(comprehension);
     if (append !== undefined) append.function = appendToAccumulatorFunction;
   });
-  checkPresenceOperands(parsed, () => nextId++);
+  rewritePresenceTests(parsed, () => nextId++);
   chargeLiterals(parsed, () => nextId++);
   return parsed;
 }
 
-/** Wraps the operand of every `has()` in a call of presenceOperandFunction, which also takes the operand's text for its message. */
-function checkPresenceOperands(parsed: ParsedCel, newId: () => bigint): void {
+/** Puts a call of presenceTestFunction in place of every `has(e.f)`: `e`, the field's name and `e`'s text. */
+function rewritePresenceTests(parsed: ParsedCel, newId: () => bigint): void {
+  const text = (value: string) => create(ExprSchema, { id: newId(), exprKind: { case: "constExpr", value: { constantKind: { case: "stringValue", value } } } });
   forEachExpr(parsed.expr, (expr) => {
     const kind = expr.exprKind;
     if (kind.case !== "selectExpr" || !kind.value.testOnly || kind.value.operand === undefined) return;
     const operand = kind.value.operand;
-    const shown = sourceText(operand) ?? "its operand";
-    const text = create(ExprSchema, { id: newId(), exprKind: { case: "constExpr", value: { constantKind: { case: "stringValue", value: shown } } } });
-    kind.value.operand = create(ExprSchema, {
-      id: newId(),
-      exprKind: { case: "callExpr", value: create(CallSchema, { function: presenceOperandFunction, args: [operand, text] }) },
-    });
+    const args = [operand, text(kind.value.field), text(sourceText(operand) ?? "its operand")];
+    expr.exprKind = { case: "callExpr", value: create(CallSchema, { function: presenceTestFunction, args }) };
   });
 }
 
