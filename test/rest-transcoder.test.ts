@@ -1,3 +1,4 @@
+import { once } from "node:events";
 import { connect as http2Connect } from "node:http2";
 import { PassThrough } from "node:stream";
 import { gunzipSync } from "node:zlib";
@@ -377,6 +378,21 @@ describe("what is not REST's", () => {
     });
     expect(raw).toMatch(/^HTTP\/1\.1 501 /);
     expect(JSON.parse(raw.slice(raw.indexOf("\r\n\r\n") + 4))).toEqual({ code: "unimplemented", message: "CONNECT is not implemented (example.com:443): accessd is not a proxy" });
+  });
+
+  it("answers CONNECT over HTTP/2 with a JSON 501 too (Node's was a bare 405)", async () => {
+    const session = http2Connect(server.url);
+    try {
+      const stream = session.request({ ":method": "CONNECT", ":authority": "example.com:443" });
+      const [headers] = (await once(stream, "response")) as [Record<string, unknown>];
+      let body = "";
+      stream.on("data", (chunk: Buffer) => (body += chunk.toString()));
+      await once(stream, "end");
+      expect(headers[":status"]).toBe(501);
+      expect(JSON.parse(body)).toEqual({ code: "unimplemented", message: "CONNECT is not implemented (example.com:443): accessd is not a proxy" });
+    } finally {
+      session.close();
+    }
   });
 
   it("names an update mask's unknown field as a JSON client wrote it", async () => {

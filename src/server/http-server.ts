@@ -147,6 +147,11 @@ export class HttpServer {
     innerServers(this.server).http1?.on("connect", (req: IncomingMessage, socket: Socket) => refuseConnectMethod(req, socket));
     // An Expect other than 100-continue: Node answered a bare 417 without a body.
     const { http1, http2 } = innerServers(this.server);
+    // CONNECT over HTTP/2 (RFC 9113 8.5): Node answered a bare 405 without a listener.
+    http2?.on("connect", (req: NodeRequest, res: NodeResponse) => {
+      const message = `CONNECT is not implemented (${cutText(String(req.headers[":authority"] ?? ""), 200)}): accessd is not a proxy`;
+      writeJsonError(res, Code.Unimplemented, message, 501);
+    });
     http1?.on("checkExpectation", (req: IncomingMessage, res: NodeResponse) => refuseExpectation(req, res, { connection: "close" }));
     http2?.on("checkExpectation", (req: NodeRequest, res: NodeResponse) => refuseExpectation(req, res, {}));
     cutIdleConnections(this.server, {
