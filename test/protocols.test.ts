@@ -417,6 +417,20 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     expect(received).toContain('{"code":"invalid_argument","message":"malformed HTTP request"}');
   });
 
+  it("ends the connection after answering a request that asks to upgrade it, so that one pipelined behind is sent again (Node read nothing more: it hung, unanswered, until the keep-alive timeout)", async () => {
+    const socket = netConnect(Number(new URL(server.url).port), "127.0.0.1");
+    await once(socket, "connect");
+    let received = "";
+    socket.on("data", (chunk: Buffer) => (received += chunk.toString()));
+    const closed = once(socket, "close");
+    const started = performance.now();
+    socket.write("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+    await closed;
+    expect(received).toMatch(/^HTTP\/1\.1 200 /);
+    expect(received.toLowerCase()).toContain("\r\nconnection: close\r\n");
+    expect(performance.now() - started).toBeLessThan(2_000);
+  });
+
   it("serves a Connect call over HTTP/1.0 without Host, which HTTP/1.0 allows (500 internal and an error line for anyone: connect-es found no authority)", async () => {
     const port = Number(new URL(server.url).port);
     const answer = await rawRequest(port, ["POST /grpc.health.v1.Health/Check HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"]);

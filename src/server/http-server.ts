@@ -210,6 +210,11 @@ export class HttpServer {
         return;
       }
       toOriginForm(req);
+      // Node reads nothing more on a connection after a request asking to upgrade it (h2c,
+      // websocket), which accessd answers as HTTP/1.1: a request pipelined behind it was neither
+      // run nor answered, and the connection hung until its keep-alive timeout. It ends after the
+      // answer, so the client sends the rest again on a new one.
+      if (req.headers.upgrade !== undefined) res.setHeader("connection", "close");
     }
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");
