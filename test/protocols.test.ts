@@ -431,6 +431,25 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     expect(performance.now() - started).toBeLessThan(2_000);
   });
 
+  it("refuses a body framed by both Transfer-Encoding and Content-Length (400), or by a coding other than chunked (501), as RFC 9112 has it (Node framed the first by its length, read the second raw)", async () => {
+    const port = Number(new URL(server.url).port);
+    const send = async (head: string, body: string) => {
+      const answer = await rawRequest(port, [`POST /api/v1/apps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n${head}\r\n${body}`]);
+      return { status: answer?.status, connection: answer?.headers["connection"], body: JSON.parse(answer?.body.toString() ?? "null") as unknown };
+    };
+    expect(await send("Transfer-Encoding:\r\nContent-Length: 2\r\n", "{}")).toEqual({
+      status: 400,
+      connection: "close",
+      body: { code: "invalid_argument", message: "a request with both Transfer-Encoding and Content-Length is refused (RFC 9112 6.3)" },
+    });
+    expect(await send("Transfer-Encoding: gzip, chunked\r\n", "2\r\n{}\r\n0\r\n\r\n")).toEqual({
+      status: 501,
+      connection: "close",
+      body: { code: "unimplemented", message: 'Transfer-Encoding "gzip, chunked" is not supported: send chunked, or a Content-Length' },
+    });
+    expect((await send("Transfer-Encoding: Chunked\r\n", "2\r\n{}\r\n0\r\n\r\n")).status).toBe(401); // framed as it should be: no token
+  });
+
   it("serves a Connect call over HTTP/1.0 without Host, which HTTP/1.0 allows (500 internal and an error line for anyone: connect-es found no authority)", async () => {
     const port = Number(new URL(server.url).port);
     const answer = await rawRequest(port, ["POST /grpc.health.v1.Health/Check HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"]);

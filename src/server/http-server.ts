@@ -209,6 +209,11 @@ export class HttpServer {
         writeJsonError(res, Code.InvalidArgument, "an HTTP/1.1 request needs a Host header", 400, { connection: "close" });
         return;
       }
+      const framingRefusal = framingRefusalOf(req);
+      if (framingRefusal !== undefined) {
+        writeJsonError(res, framingRefusal.code, framingRefusal.message, framingRefusal.status, { connection: "close" });
+        return;
+      }
       toOriginForm(req);
       // Node reads nothing more on a connection after a request asking to upgrade it (h2c,
       // websocket), which accessd answers as HTTP/1.1: a request pipelined behind it was neither
@@ -396,6 +401,24 @@ function refuseExpectation(req: NodeRequest, res: NodeResponse, headers: Record<
  * for a target that is no resource here), then the socket is destroyed once the answer is out or
  * a second later: it has left Node's HTTP timeouts, and a client that never closed kept it.
  */
+/**
+ * A body framed in a way RFC 9112 refuses and Node's parser takes: a `Transfer-Encoding` beside a
+ * `Content-Length` (Node framed `Transfer-Encoding:` with no value, then `Content-Length: 2`, by the
+ * length: a request a proxy in front may have framed otherwise, 6.3), or a coding other than
+ * chunked (`gzip, chunked` was read as the raw body: 501, 6.1). The connection ends after the answer.
+ */
+function framingRefusalOf(req: IncomingMessage): { code: Code; status: number; message: string } | undefined {
+  const transferEncoding = req.headers["transfer-encoding"];
+  if (transferEncoding === undefined) return undefined;
+  if (req.headers["content-length"] !== undefined) {
+    return { code: Code.InvalidArgument, status: 400, message: "a request with both Transfer-Encoding and Content-Length is refused (RFC 9112 6.3)" };
+  }
+  if (transferEncoding.trim().toLowerCase() !== "chunked") {
+    return { code: Code.Unimplemented, status: 501, message: `Transfer-Encoding ${JSON.stringify(transferEncoding.slice(0, 100))} is not supported: send chunked, or a Content-Length` };
+  }
+  return undefined;
+}
+
 function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
   const body = JSON.stringify({ code: "unimplemented", message: `CONNECT is not implemented (${(req.url ?? "/").slice(0, 200)}): accessd is not a proxy` });
   socket.on("error", () => {}); // the client may be gone already
