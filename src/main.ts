@@ -31,6 +31,7 @@ import { storeUnavailableInterceptor } from "./server/store-unavailable.js";
 import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
+import { continueIdsAfter } from "./store/ids.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
 import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
@@ -112,6 +113,14 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       { err, database: config.database },
       damagedDatabaseMessage,
     );
+  const newestId = store.newestId();
+  const newestMs = newestId === undefined ? undefined : continueIdsAfter(newestId);
+  if (newestMs !== undefined && newestMs - clock.now() > 60_000) {
+    log.warn(
+      { newestRecordAt: new Date(newestMs).toISOString(), clock: new Date(clock.now()).toISOString() },
+      "the newest record was made at a time still to come by this clock (it stepped back, or was ahead): new ids continue after it, so listings stay in creation order",
+    );
+  }
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
   // One read for both (reused alike when slow): the finished totals stay consistent with the

@@ -11,6 +11,7 @@ import { builtCli, listeningPort, spawnCli, type CliProcess } from "./support/sp
 import { bootstrapAuthorization, startLoggedAccessd, startTestServer } from "./support/test-server.js";
 import { newId } from "../src/store/ids.js";
 import BetterSqlite3 from "better-sqlite3";
+import { v7 as uuidv7 } from "uuid";
 
 /**
  * A start that cannot use its database or key file stops before it listens, with one line naming
@@ -342,6 +343,37 @@ describe("a database damaged where the start does not read", () => {
       expect(lines().filter((line) => line.msg === damagedDatabaseMessage)).toEqual([
         expect.objectContaining({ level: 50, database, err: expect.objectContaining({ code: "SQLITE_CORRUPT" }) }),
       ]);
+    } finally {
+      await accessd.close();
+    }
+  });
+});
+
+describe("a database whose newest record is ahead of the clock (the clock stepped back, or was ahead when it was written)", () => {
+  // Last in this file: the ids made after it continue a day ahead, for the rest of this process.
+  it("continues its ids after that record, so listings stay in creation order, and says so at the start (new ids sorted before it)", async () => {
+    const database = join(tempDir(), "accessd.db");
+    const seeding = await startTestServer({ database });
+    const now = Date.now();
+    const ahead = uuidv7({ msecs: now + 86_400_000 });
+    seeding.store.apps.insert({ id: ahead, displayName: "made a day ahead", description: "", createdAt: now + 86_400_000, updatedAt: now + 86_400_000 });
+    await seeding.close();
+
+    const { accessd, lines } = await startLoggedAccessd("warn", { database });
+    try {
+      expect(lines()).toEqual([
+        expect.objectContaining({
+          level: 40,
+          newestRecordAt: new Date(now + 86_400_000).toISOString(),
+          msg: "the newest record was made at a time still to come by this clock (it stepped back, or was ahead): new ids continue after it, so listings stay in creation order",
+        }),
+      ]);
+      const { authorization } = await bootstrapAuthorization(accessd.url);
+      const created = await fetch(`${accessd.url}/api/v1/apps`, { method: "POST", headers: { authorization, "content-type": "application/json" }, body: '{"displayName":"made now"}' });
+      const { app } = (await created.json()) as { app: { id: string } };
+      expect(app.id > ahead).toBe(true);
+      const listed = (await (await fetch(`${accessd.url}/api/v1/apps`, { headers: { authorization } })).json()) as { list: { displayName: string }[] };
+      expect(listed.list.map((a) => a.displayName)).toEqual(["made a day ahead", "made now"]);
     } finally {
       await accessd.close();
     }

@@ -39,6 +39,23 @@ export function newId(): string {
 }
 
 /**
+ * Makes the ids created from now on sort after `id` (a UUIDv7), whatever the clock says: a server
+ * started on a clock behind the one its records were made by (stepped back, or ahead before)
+ * created ids below them, so new executions were listed before older ones and the delivery log's
+ * trim, which keeps the newest by id, dropped every new entry. Returns the time `id` names.
+ */
+export function continueIdsAfter(id: string): number | undefined {
+  const hex = id.slice(0, 13).replace("-", "");
+  if (!/^[0-9a-f]{12}$/.test(hex)) return undefined;
+  const ms = parseInt(hex, 16);
+  if (ms >= lastMs) {
+    lastMs = ms + 1;
+    sequence = 0;
+  }
+  return ms;
+}
+
+/**
  * Every id created before `ms` sorts below this string and every id created at `ms` or later
  * above it: a UUIDv7 starts with its creation time in ms, as 12 hex digits (8, a dash, 4).
  */

@@ -230,6 +230,13 @@ export class Store {
     if (newSpell) this.onDamaged?.(error);
   }
 
+  /** The greatest id of the tables whose ids newId() makes (not clients, whose ids may be chosen). */
+  newestId(): string | undefined {
+    const tables = ["apps", "app_entitlements", "users", "automations", "automation_executions", "webhook_deliveries", "webhook_secrets"];
+    const newest = this.db.prepare<[], string | null>(`SELECT max(id) FROM (${tables.map((t) => `SELECT max(id) AS id FROM ${t}`).join(" UNION ALL ")})`).pluck().get();
+    return newest ?? undefined;
+  }
+
   /** A trivial query, for readiness checks; false while damage was met in the last minute (noteDamage). */
   ping(): boolean {
     if (this.lastDamageAt !== undefined && performance.now() - this.lastDamageAt <= damageMemoryMs) return false;
