@@ -31,7 +31,7 @@ import { storeUnavailableInterceptor } from "./server/store-unavailable.js";
 import { publicConnectRoutes } from "./server/public-connect-routes.js";
 import { registerPublicServices } from "./server/public-services.js";
 import { RestTranscoder } from "./server/rest-transcoder.js";
-import { continueIdsAfter } from "./store/ids.js";
+import { continueIdsAfter, idTime } from "./store/ids.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
 import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
@@ -103,6 +103,28 @@ export async function startAccessd(config: Config, log: Logger, options: StartOp
   }
 }
 
+/**
+ * How far ahead of the clock the newest record may be for new ids to continue after it. The
+ * retentions of the delivery log and of executions read their ids' times: past this, new records
+ * would be kept that much longer, and listings are left out of order instead.
+ */
+const maxIdContinuationMs = 7 * 86_400_000;
+
+/** New ids sort after the newest record's, when it is ahead of the clock by at most maxIdContinuationMs (ids.ts continueIdsAfter); said. */
+function continueIdsAfterNewest(store: Store, clock: Clock, log: Logger): void {
+  const newest = store.newestId();
+  const newestMs = newest === undefined ? undefined : idTime(newest);
+  if (newest === undefined || newestMs === undefined || newestMs - clock.now() <= 60_000) return;
+  const continued = newestMs - clock.now() <= maxIdContinuationMs;
+  if (continued) continueIdsAfter(newest);
+  log.warn(
+    { newestRecordAt: new Date(newestMs).toISOString(), clock: new Date(clock.now()).toISOString(), continued },
+    continued
+      ? "the newest record was made at a time still to come by this clock (it stepped back, or was ahead): new ids continue after it, so listings stay in creation order"
+      : "the newest record was made more than 7 days ahead of this clock: new ids sort before it until the clock passes it (the retentions read ids' times)",
+  );
+}
+
 async function startOnStore(config: Config, log: Logger, store: Store, options: StartOptions, afterClose: () => void): Promise<Accessd> {
   const clock = options.clock ?? systemClock;
   // A file restored without removing its old -wal, or overwritten while served, opens and
@@ -113,14 +135,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       { err, database: config.database },
       damagedDatabaseMessage,
     );
-  const newestId = store.newestId();
-  const newestMs = newestId === undefined ? undefined : continueIdsAfter(newestId);
-  if (newestMs !== undefined && newestMs - clock.now() > 60_000) {
-    log.warn(
-      { newestRecordAt: new Date(newestMs).toISOString(), clock: new Date(clock.now()).toISOString() },
-      "the newest record was made at a time still to come by this clock (it stepped back, or was ahead): new ids continue after it, so listings stay in creation order",
-    );
-  }
+  continueIdsAfterNewest(store, clock, log);
   const pageTokens = new PageTokenCodec(store.settings.secret("page_token_key"));
   const metrics = options.metrics ?? new Metrics();
   // One read for both (reused alike when slow): the finished totals stay consistent with the

@@ -365,6 +365,7 @@ describe("a database whose newest record is ahead of the clock (the clock steppe
         expect.objectContaining({
           level: 40,
           newestRecordAt: new Date(now + 86_400_000).toISOString(),
+          continued: true,
           msg: "the newest record was made at a time still to come by this clock (it stepped back, or was ahead): new ids continue after it, so listings stay in creation order",
         }),
       ]);

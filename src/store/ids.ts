@@ -45,14 +45,18 @@ export function newId(): string {
  * trim, which keeps the newest by id, dropped every new entry. Returns the time `id` names.
  */
 export function continueIdsAfter(id: string): number | undefined {
-  const hex = id.slice(0, 13).replace("-", "");
-  if (!/^[0-9a-f]{12}$/.test(hex)) return undefined;
-  const ms = parseInt(hex, 16);
-  if (ms >= lastMs) {
+  const ms = idTime(id);
+  if (ms !== undefined && ms >= lastMs) {
     lastMs = ms + 1;
     sequence = 0;
   }
   return ms;
+}
+
+/** The creation time a UUIDv7 names (ms), if it is one. */
+export function idTime(id: string): number | undefined {
+  const hex = id.slice(0, 13).replace("-", "");
+  return /^[0-9a-f]{12}$/.test(hex) ? parseInt(hex, 16) : undefined;
 }
 
 /**
