@@ -133,6 +133,27 @@ describe("the automation resource", () => {
     expect(await answer(res)).toEqual({ status: 400, body: { code: "invalid_argument", message } });
   });
 
+  it("takes back a range with host bits set that the automation holds already (saved by an older build), so that it can be read and written back; a new one is refused", async () => {
+    const res = await server.call("POST", "/api/v1/automations", { displayName: "legacy ranges", trigger: { webhook: { authMethod: "HMAC" } }, steps: [logStep("hi")] });
+    const { automation } = (await res.json()) as { automation: AutomationJson };
+    const stored = server.store.automations.get(automation.id);
+    if (stored === undefined || stored.trigger.kind !== "webhook") throw new Error("no webhook automation");
+    stored.trigger = { ...stored.trigger, ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.1/8"] }; // as an older build saved it
+    stored.version++;
+    server.store.transaction(() => server.store.automations.update(stored));
+    const read = ((await (await server.call("GET", `/api/v1/automations/${automation.id}`)).json()) as { automation: AutomationJson }).automation;
+    const writtenBack = await server.call("POST", `/api/v1/automations/${automation.id}`, { automation: read });
+    expect(writtenBack.status).toBe(200);
+    const widened = await server.call("POST", `/api/v1/automations/${automation.id}`, {
+      automation: { id: automation.id, trigger: { webhook: { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs: ["10.0.0.1/8", "192.0.2.1/24"] } } },
+      updateMask: "trigger",
+    });
+    expect(await answer(widened)).toEqual({
+      status: 400,
+      body: { code: "invalid_argument", message: 'trigger.webhook.allowedCidrs[1] "192.0.2.1/24" has host bits set: write 192.0.2.0/24 for the network, or 192.0.2.1/32 for the one address' },
+    });
+  });
+
   it("lists automations in pages and deletes them", async () => {
     const ids = new Set<string>();
     for (let i = 0; i < 11; i++) ids.add((await createManual(`list ${i}`)).id);

@@ -356,6 +356,22 @@ describe("inbound webhooks: IP restriction", () => {
     }
   });
 
+  it("matches an IPv4 sender against the IPv4 ranges and those of IPv4-mapped addresses only (::/64 let every IPv4 sender in: it was matched as ::ffff:a.b.c.d)", async () => {
+    const server = await startTestServer();
+    try {
+      const body = "{}";
+      const statusFor = async (allowedCidrs: string[]) => {
+        const hook = await createWebhookAutomation(server, { authMethod: "HMAC", ipRestrictionEnabled: true, allowedCidrs });
+        return (await postWebhook(hook.postUrl, hmacHeaders(hook, body), body)).status;
+      };
+      expect(await statusFor(["::/64"])).toBe(403);
+      expect(await statusFor(["::/80", "2001:db8::/32"])).toBe(403);
+      expect(await statusFor(["::ffff:127.0.0.0/104"])).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("applies a changed CIDR list from the next request on (narrowed: 403; widened again: 200)", async () => {
     const server = await startTestServer();
     try {

@@ -36,8 +36,8 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
   };
 
   /** Lets the webhook module check a webhook trigger before anything is written. */
-  const validateTrigger = (trigger: TriggerConfig) => {
-    if (trigger.kind === "webhook") hooks.validate(trigger);
+  const validateTrigger = (trigger: TriggerConfig, previous?: TriggerConfig) => {
+    if (trigger.kind === "webhook") hooks.validate(trigger, previous?.kind === "webhook" ? previous : undefined);
   };
 
   const setFlags = (id: string, change: (a: Automation) => void) =>
@@ -109,7 +109,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
         if (write.has("description")) automation.description = limitText(given?.description, "automation.description", maxDescriptionLength);
         if (write.has("trigger")) {
           automation.trigger = triggerFromMessage(given?.trigger, previous, "automation.trigger");
-          validateTrigger(automation.trigger);
+          validateTrigger(automation.trigger, previous);
         }
         if (steps !== undefined) automation.steps = steps;
         automation.version += 1;

@@ -36,7 +36,8 @@ export interface WebhookListenerTarget {
  */
 export interface WebhookTriggerHooks {
   /** Throws ConnectError(invalid_argument) for a bad JWKS URL or CIDR. */
-  validate(trigger: WebhookTriggerConfig): void;
+  /** `previous`: the trigger it replaces, whose ranges saved by an older build stay accepted as they are. */
+  validate(trigger: WebhookTriggerConfig, previous?: WebhookTriggerConfig): void;
   /**
    * Called after the automation row is written, whatever its trigger. `previous` is the trigger
    * before an update (undefined on create). Returns a newly issued HMAC secret to show once, if

@@ -61,15 +61,40 @@ function formatAddress(value: bigint, family: IpFamily): string {
   return new URL(`http://[${groups.join(":")}]`).hostname.slice(1, -1); // the WHATWG URL parser writes it compressed
 }
 
+/**
+ * A matcher for a list of ranges: IPv4 addresses are matched against the IPv4 ranges (and the
+ * IPv6 ranges of IPv4-mapped addresses, `::ffff:10.0.0.0/104`), IPv6 addresses against the IPv6
+ * ranges. One BlockList for both matched an IPv4 address as `::ffff:a.b.c.d` against every IPv6
+ * range, so `::/64` (what the host-bits refusal suggests for `::1/64`) let in every IPv4 sender.
+ */
+export interface CidrSet {
+  v4: BlockList;
+  v6: BlockList;
+}
+
 /** A matcher for a list of already validated CIDRs (see parseCidr). */
-export function compileCidrs(cidrs: readonly string[]): BlockList {
-  const list = new BlockList();
+export function compileCidrs(cidrs: readonly string[]): CidrSet {
+  const set = { v4: new BlockList(), v6: new BlockList() };
   for (const text of cidrs) {
     const cidr = parseCidr(text);
     if (cidr === undefined) throw new Error(`invalid CIDR ${JSON.stringify(text)}`);
-    list.addSubnet(cidr.address, cidr.prefix, cidr.family);
+    if (cidr.family === "ipv4") {
+      set.v4.addSubnet(cidr.address, cidr.prefix, "ipv4");
+      continue;
+    }
+    set.v6.addSubnet(cidr.address, cidr.prefix, "ipv6");
+    const mapped = mappedIpv4Range(cidr);
+    if (mapped !== undefined) set.v4.addSubnet(mapped.address, mapped.prefix, "ipv4");
   }
-  return list;
+  return set;
+}
+
+/** The IPv4 range an IPv6 range of IPv4-mapped addresses stands for (`::ffff:10.0.0.0/104`: `10.0.0.0/8`). */
+function mappedIpv4Range(cidr: Cidr): { address: string; prefix: number } | undefined {
+  if (cidr.prefix < 96) return undefined;
+  const value = addressValue(cidr.address, "ipv6");
+  if (value >> 32n !== 0xffffn) return undefined;
+  return { address: formatAddress(value & 0xffffffffn, "ipv4"), prefix: cidr.prefix - 96 };
 }
 
 /** `::ffff:10.1.2.3` (an IPv4 peer on a dual-stack socket) is the IPv4 address it wraps. */
@@ -80,8 +105,8 @@ export function normalizeIp(address: string): string {
 }
 
 /** True when the address is in the list; false for anything that is not an IP address. */
-export function cidrsContain(list: BlockList, address: string): boolean {
+export function cidrsContain(list: CidrSet, address: string): boolean {
   const version = isIP(address);
   if (version === 0) return false;
-  return list.check(address, version === 4 ? "ipv4" : "ipv6");
+  return version === 4 ? list.v4.check(address, "ipv4") : list.v6.check(address, "ipv6");
 }

@@ -1,5 +1,5 @@
-import { isIP, type BlockList } from "node:net";
-import { cidrsContain, compileCidrs, normalizeIp } from "./cidr.js";
+import { isIP } from "node:net";
+import { cidrsContain, compileCidrs, normalizeIp, type CidrSet } from "./cidr.js";
 
 /**
  * The address a request comes from: the TCP peer, unless the peer is a trusted proxy; then the
@@ -8,7 +8,7 @@ import { cidrsContain, compileCidrs, normalizeIp } from "./cidr.js";
  * so that it matches no allowed CIDR.
  */
 export class SourceIpResolver {
-  private readonly trusted: BlockList | undefined;
+  private readonly trusted: CidrSet | undefined;
 
   constructor(trustedProxies: readonly string[]) {
     this.trusted = trustedProxies.length === 0 ? undefined : compileCidrs(trustedProxies);

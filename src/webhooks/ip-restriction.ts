@@ -1,11 +1,10 @@
-import type { BlockList } from "node:net";
 import type { WebhookTriggerConfig } from "../automations/trigger-config.js";
-import { cidrsContain, compileCidrs } from "../server/cidr.js";
+import { cidrsContain, compileCidrs, type CidrSet } from "../server/cidr.js";
 import { Rejection } from "./rejection.js";
 
 interface Compiled {
   cidrs: readonly string[];
-  list: BlockList;
+  list: CidrSet;
 }
 
 /** Stage 2: the allowed-CIDR check, with each listener's list compiled once and kept. */
@@ -20,7 +19,7 @@ export class IpRestrictions {
     return new Rejection(403, "source_ip_not_allowed", `source address ${sourceIp} is not in the listener's allowed CIDRs`);
   }
 
-  private listFor(trigger: WebhookTriggerConfig): BlockList {
+  private listFor(trigger: WebhookTriggerConfig): CidrSet {
     const cached = this.compiled.get(trigger.listenerId);
     if (cached !== undefined && sameList(cached.cidrs, trigger.allowedCidrs)) return cached.list;
     if (this.compiled.size >= this.maxListeners) this.compiled.clear();

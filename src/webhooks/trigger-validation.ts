@@ -6,6 +6,8 @@ import { jwksTransportAllowed } from "./jwks-cache.js";
 export interface TriggerValidationOptions {
   /** ACCESSD_JWKS_ALLOW_HTTP: `http://` JWKS URLs on loopback hosts. */
   jwksAllowHttp: boolean;
+  /** The ranges of the trigger this one replaces: one with host bits set among them stays accepted. */
+  savedCidrs?: readonly string[] | undefined;
 }
 
 const maxCidrs = 256;
@@ -18,7 +20,7 @@ const maxUrlLength = 2048;
  */
 export function validateWebhookTrigger(trigger: WebhookTriggerConfig, options: TriggerValidationOptions): void {
   if (trigger.authMethod === "JWT") validateJwksUrl(trigger.jwksUrl, options);
-  validateCidrs(trigger.ipRestrictionEnabled, trigger.allowedCidrs);
+  validateCidrs(trigger.ipRestrictionEnabled, trigger.allowedCidrs, new Set(options.savedCidrs ?? []));
 }
 
 function validateJwksUrl(text: string, options: TriggerValidationOptions): void {
@@ -38,7 +40,7 @@ function validateJwksUrl(text: string, options: TriggerValidationOptions): void 
   );
 }
 
-function validateCidrs(enabled: boolean, cidrs: readonly string[]): void {
+function validateCidrs(enabled: boolean, cidrs: readonly string[], saved: ReadonlySet<string>): void {
   if (cidrs.length > maxCidrs) throw invalidArgument(`trigger.webhook.allowedCidrs holds more than ${maxCidrs} ranges`);
   cidrs.forEach((cidr, i) => {
     const parsed = parseCidr(cidr);
@@ -46,7 +48,9 @@ function validateCidrs(enabled: boolean, cidrs: readonly string[]): void {
       throw invalidArgument(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} is not a CIDR such as 203.0.113.0/24`);
     }
     const network = networkOfHostBits(cidr);
-    if (network !== undefined) {
+    // One the automation holds already (saved by a build before this check) is taken as it is:
+    // a client that reads the automation and writes it back could not save it.
+    if (network !== undefined && !saved.has(cidr)) {
       // Matched as its network, a typo of one address (`/8` for `/32`) would allow the whole network.
       const single = `${parsed.address}/${parsed.family === "ipv4" ? 32 : 128}`;
       throw invalidArgument(`trigger.webhook.allowedCidrs[${i}] ${JSON.stringify(cidr)} has host bits set: write ${network} for the network, or ${single} for the one address`);

@@ -16,8 +16,8 @@ export interface WebhookHooksDeps {
  */
 export function webhookTriggerHooks({ secrets, deliveries, jwksAllowHttp }: WebhookHooksDeps): WebhookTriggerHooks {
   return {
-    validate(trigger: WebhookTriggerConfig): void {
-      validateWebhookTrigger(trigger, { jwksAllowHttp });
+    validate(trigger: WebhookTriggerConfig, previous?: WebhookTriggerConfig): void {
+      validateWebhookTrigger(trigger, { jwksAllowHttp, savedCidrs: previous?.allowedCidrs });
     },
 
     saved(automationId: string, trigger: TriggerConfig, previous: TriggerConfig | undefined): string | undefined {
