@@ -106,7 +106,8 @@ export function normalizeIp(address: string): string {
 
 /** True when the address is in the list; false for anything that is not an IP address. */
 export function cidrsContain(list: CidrSet, address: string): boolean {
-  const version = isIP(address);
+  const plain = normalizeIp(address); // an IPv4-mapped address is its IPv4 address
+  const version = isIP(plain);
   if (version === 0) return false;
-  return version === 4 ? list.v4.check(address, "ipv4") : list.v6.check(address, "ipv6");
+  return version === 4 ? list.v4.check(plain, "ipv4") : list.v6.check(plain, "ipv6");
 }
