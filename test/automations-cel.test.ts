@@ -342,7 +342,7 @@ describe("a runaway expression", () => {
     const staleRun = await executeToEnd(server, stale, {});
     expect(staleRun.state).toBe("FAILED");
     expect(staleRun.steps).toEqual([
-      { name: "old", state: "FAILED", output: undefined, error: `messageCel: cannot be compiled: nested more than ${compiledExpression.maxExpressionDepth} levels deep` },
+      { name: "old", state: "FAILED", output: undefined, error: `messageCel: cannot be compiled: syntax error at 1:601: nested more than ${compiledExpression.maxExpressionDepth} levels deep` },
     ]);
     expect((await executeToEnd(server, healthy, {})).state).toBe("SUCCEEDED");
   });

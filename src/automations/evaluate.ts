@@ -1,5 +1,5 @@
 import { isCelError, isCelList, isCelMap, type CelError, type CelResult, type CelValue } from "@bufbuild/cel";
-import { CelSyntaxError, compileExpression, forEachExpr, sourceText, type CompiledExpression, type Expr } from "./compiled-expression.js";
+import { CelSyntaxError, compileExpression, forEachExpr, positionOf, sourceText, type CompiledExpression, type Expr } from "./compiled-expression.js";
 import { aValueOf } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
 import type { StepContext } from "./step-context.js";
@@ -19,7 +19,10 @@ export function evaluate(field: string, source: string, programs: ProgramCache, 
     expression = programs.get(source);
     result = expression.evaluate(context.bindings);
   } catch (e) {
-    const reason = e instanceof CelSyntaxError ? `cannot be compiled: ${e.message}` : `evaluation failed: ${e instanceof Error ? e.message : String(e)}`;
+    const reason =
+      e instanceof CelSyntaxError
+        ? `cannot be compiled: syntax error at ${positionOf(source, e.offset)}: ${e.reason}`
+        : `evaluation failed: ${e instanceof Error ? e.message : String(e)}`;
     throw new StepFailure(`${field}: ${reason}`);
   }
   if (isCelError(result)) throw new StepFailure(`${field}: ${describeCelError(result, expression, context)}`);
