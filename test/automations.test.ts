@@ -443,6 +443,11 @@ describe("saving automations", () => {
       [{ name: "f", log: { messageCel: "frobnicate(ctx.trigger)" } }],
       'steps[0] ("f").messageCel: unknown function "frobnicate" at 1:1',
     ],
+    [
+      "has() of something that is no field selection (it said: unknown function \"has\")",
+      [{ name: "f", log: { messageCel: "has(ctx.trigger.a['b-c'])" } }],
+      "steps[0] (\"f\").messageCel: has() takes a field selection, such as has(ctx.trigger.a.b); for a key that is no name, write 'b-c' in ctx.trigger.a at 1:1",
+    ],
     ["a reserved step name", [{ name: "trigger", log: { messageCel: "1" } }], 'steps[0].name "trigger" is reserved (ctx.trigger)'],
     ["a CEL reserved word as a step name", [{ name: "in", log: { messageCel: "1" } }], 'steps[0].name "in" is a CEL reserved word: ctx.in could not be written'],
     ["a CEL keyword as a step name", [{ name: "null", log: { messageCel: "1" } }], 'steps[0].name "null" is a CEL reserved word: ctx.null could not be written'],

@@ -47,6 +47,10 @@ function visit(expr: Expr, locals: ReadonlySet<string>, scope: StepScope): Refer
   if (kind.case === "callExpr") {
     const name = kind.value.function;
     if (!builtinOperators.has(name) && celEnvironment.funcs.find(name) === undefined) {
+      // has() is a macro only over a field selection; otherwise it parses as a call of nothing.
+      if (name === "has" && kind.value.target === undefined) {
+        return { message: "has() takes a field selection, such as has(ctx.trigger.a.b); for a key that is no name, write 'b-c' in ctx.trigger.a", exprId: expr.id };
+      }
       return { message: `unknown function "${name}"`, exprId: expr.id };
     }
   }
