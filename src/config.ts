@@ -116,8 +116,16 @@ export const configVariables: readonly string[] = [
 /** The `ACCESSD_*` names in `env` that accessd does not read (`ACCESSD_DATA_KYE`): each is warned about at start. */
 export function unknownConfigVariables(env: Env = process.env): string[] {
   return Object.keys(env)
-    .filter((name) => name.startsWith("ACCESSD_") && !configVariables.includes(name))
+    .filter((name) => name.startsWith("ACCESSD_") && !configVariables.includes(name) && !isKubernetesServiceLink(name, env[name]))
     .sort();
+}
+
+/**
+ * A variable Kubernetes sets for a Service named accessd (ACCESSD_SERVICE_HOST, ACCESSD_PORT_8080_TCP
+ * and the like): not a typo of the operator's, so not warned of as one at every start.
+ */
+function isKubernetesServiceLink(name: string, value: string | undefined): boolean {
+  return /^ACCESSD_(SERVICE_(HOST|PORT)(_\w+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$/.test(name) && value !== undefined;
 }
 
 /** An empty value means unset (an `ACCESSD_PORT=` line in an environment file), except for the data keys. */
@@ -148,6 +156,10 @@ function mebibytes(n: number | undefined): number | undefined {
 function parseInteger(env: Env, name: string, min: number, max: number): number | undefined {
   const value = read(env, name);
   if (value === undefined) return undefined;
+  if (/^tcp:\/\//.test(value)) {
+    // Kubernetes sets <SERVICE>_PORT=tcp://<ip>:<port> in every pod of a namespace with a Service named accessd.
+    throw new ConfigError(name, `"${value}" is not a whole number: Kubernetes sets it for a Service named accessd; set enableServiceLinks: false in the pod spec, or ${name} yourself`);
+  }
   if (!/^\d+$/.test(value)) throw new ConfigError(name, `"${value}" is not a whole number`);
   const n = Number(value);
   if (n < min || n > max) throw new ConfigError(name, `${n} is outside ${min}..${max}`);

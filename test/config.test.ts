@@ -128,6 +128,22 @@ describe("ACCESSD_* names accessd does not read", () => {
     ]);
   });
 
+  it("leave out what Kubernetes sets for a Service named accessd, and name that as the cause when it takes ACCESSD_PORT", () => {
+    const serviceLinks = {
+      ACCESSD_SERVICE_HOST: "10.96.0.12",
+      ACCESSD_SERVICE_PORT: "8080",
+      ACCESSD_SERVICE_PORT_HTTP: "8080",
+      ACCESSD_PORT_8080_TCP: "tcp://10.96.0.12:8080",
+      ACCESSD_PORT_8080_TCP_PROTO: "tcp",
+      ACCESSD_PORT_8080_TCP_PORT: "8080",
+      ACCESSD_PORT_8080_TCP_ADDR: "10.96.0.12",
+    };
+    expect(unknownConfigVariables({ ...serviceLinks, ACCESSD_PORTT: "1" })).toEqual(["ACCESSD_PORTT"]);
+    expect(() => loadConfig({ ACCESSD_PORT: "tcp://10.96.0.12:8080" })).toThrow(
+      'ACCESSD_PORT: "tcp://10.96.0.12:8080" is not a whole number: Kubernetes sets it for a Service named accessd; set enableServiceLinks: false in the pod spec, or ACCESSD_PORT yourself',
+    );
+  });
+
   it("are named in a warning by `accessd serve`, which starts anyway", async () => {
     const cli = spawnCli(["serve"], { ACCESSD_DATABASE: ":memory:", ACCESSD_PORT: "0", ACCESSD_REQEST_TIMEOUT: "5s" });
     try {

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it, type TestContext } from "vitest";
 import { damagedDatabaseMessage } from "../src/main.js";
 import { dataKeyFilePath } from "../src/store/data-key.js";
+import { servingLockPath } from "../src/store/serving-lock.js";
 import { scratch } from "./support/scratch.js";
 import { builtCli, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
 import { bootstrapAuthorization, startLoggedAccessd, startTestServer } from "./support/test-server.js";
@@ -157,6 +158,25 @@ describe("a start whose database or key file cannot be used", () => {
       2,
       `accessd: invalid configuration: ACCESSD_DATA_KEY: not set, and the key file ${keyFile} cannot be read: EISDIR: illegal operation on a directory, read`,
     );
+  });
+
+  it("stops before it listens, naming the lock file, when it cannot write the serving lock (SQLite opened it read-only and took a shared lock: two servers ran on one database)", async (context) => {
+    const database = await startedDatabase();
+    const lockFile = servingLockPath(database);
+    const undo = makeReadOnly(lockFile);
+    if (undo === undefined) {
+      context.skip("running as root without `chattr +i` on this file system: no way to make a file root cannot write");
+      return;
+    }
+    try {
+      await expectStopsWith(
+        serve({ ACCESSD_DATABASE: database }),
+        1,
+        `accessd: cannot take the serving lock ${lockFile}: this process cannot write it (its owner or mode, a read-only volume); make it writable by the server's user, or remove it while no server runs`,
+      );
+    } finally {
+      undo();
+    }
   });
 
   it("stops before it listens, naming the file, on a database it cannot write", async (context) => {

@@ -237,6 +237,22 @@ describe("npm start (accessd serve)", () => {
     expect(await cli.exited).toEqual({ code: 0, signal: null });
   });
 
+  it("ends at once on a second signal during the shutdown, with the exit code of the signal's default action (it relied on that default, which the kernel ignores for PID 1 in a container)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const connection = rawConnection(url);
+    // A request whose body never ends: the drain would wait its 10 s for it.
+    connection.socket.write("POST /api/v1/apps HTTP/1.1\r\nhost: accessd\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    cli.child.kill("SIGTERM");
+    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    const second = Date.now();
+    cli.child.kill("SIGTERM");
+    expect(await cli.exited).toEqual({ code: 143, signal: null });
+    expect(Date.now() - second).toBeLessThan(3_000);
+    expect(cli.stdout()).toContain('"a second signal: stopping at once"');
+    connection.socket.destroy();
+  });
+
   it("stops at once, without saying requests were cut, when requests pipelined behind one answered with Connection: close go unanswered (it waited the drain's 10 s for them)", async () => {
     const { cli, url } = await serve(tempDir());
     const connection = rawConnection(url);

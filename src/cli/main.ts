@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { constants as osConstants } from "node:os";
 import { Command } from "commander";
 import { createSuperAdminClient } from "../auth/index.js";
 import { systemClock } from "../clock.js";
@@ -55,11 +56,24 @@ program
       );
     };
     // Taken before the start, which listens before it returns: a signal in between (a supervisor
-    // stopping a server it just saw listening) would otherwise end the process ungracefully.
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
+    // stopping a server it just saw listening) would otherwise end the process ungracefully. A
+    // second signal ends it at once, with the exit code its default action gives (128 + its
+    // number); left to that default (a once-only handler), it was ignored where the process is
+    // PID 1 in a container, which the kernel does not end by a signal's default action.
+    let signalled = false;
+    const onSignal = (signal: NodeJS.Signals): void => {
+      if (signalled) {
+        log.warn({ signal }, "a second signal: stopping at once");
+        exit(128 + (osConstants.signals[signal] ?? 0));
+        return;
+      }
+      signalled = true;
+      stop(signal);
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
     // A closed terminal: stop as gracefully as on SIGTERM (Node's default would end the process mid-request).
-    process.once("SIGHUP", () => stop("SIGHUP"));
+    process.on("SIGHUP", onSignal);
     accessd = await startAccessd(config, log).catch(exitOnConfigError);
     if (stopWhenStarted !== undefined) stop(stopWhenStarted);
   });

@@ -50,7 +50,7 @@ function refuseHardLinks(databasePath: string): void {
  * One process serves a database: the read caches (principals, listeners, secrets) assume nothing
  * else writes behind them, so a role revoked through one process would go on granting access
  * through another, and the worker assumes it is the only one running executions. The lock is a
- * SQLite file `<database>.lock` written once in exclusive locking mode, which keeps its exclusive
+ * SQLite file `<database>.lock` written (its user_version) in exclusive locking mode, which keeps its exclusive
  * lock until the connection closes: the kernel drops it when the process ends, however it ends
  * (a SIGKILL leaves no stale lock to clean up). A second process, or a second holder in this one,
  * gets SQLITE_BUSY at once.
@@ -70,7 +70,10 @@ export class ServingLock {
       lock.pragma("busy_timeout = 0");
       lock.pragma("journal_mode = MEMORY"); // no `.lock-journal` file beside it while held
       lock.pragma("locking_mode = EXCLUSIVE");
-      lock.exec("BEGIN EXCLUSIVE; COMMIT");
+      // A write, not an empty transaction: SQLite opens a file this process cannot write read-only,
+      // without a word, and an empty exclusive transaction on it took only a shared lock, so a
+      // second server ran beside the first (one event id ran twice). The write fails instead.
+      lock.exec("BEGIN EXCLUSIVE; PRAGMA user_version = 1; COMMIT");
       return new ServingLock(lock);
     } catch (e) {
       lock?.close();
@@ -78,6 +81,13 @@ export class ServingLock {
         throw new DatabaseInUseError(
           `another accessd process is using the database ${databasePath} (it holds ${path}); ` +
             "one process serves a database: stop that one first",
+        );
+      }
+      if (e instanceof BetterSqlite3.SqliteError && e.code.startsWith("SQLITE_READONLY")) {
+        throw new Error(
+          `cannot take the serving lock ${path}: this process cannot write it (its owner or mode, a read-only volume); ` +
+            "make it writable by the server's user, or remove it while no server runs",
+          { cause: e },
         );
       }
       // Not SQLite's lock file (someone's file or folder by that name): say which file.
