@@ -160,6 +160,31 @@ describe("a start whose database or key file cannot be used", () => {
     );
   });
 
+  it("says the volume is full when a start on a full volume fails (SQLite says 'disk I/O error': it read as failing hardware)", async (context) => {
+    const volume = join(tempDir(), "volume");
+    mkdirSync(volume);
+    try {
+      execFileSync("mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", volume], { stdio: "ignore" });
+    } catch {
+      context.skip(); // needs root and a mount namespace that allows it
+      return;
+    }
+    try {
+      const database = join(volume, "accessd.db");
+      await (await startTestServer({ database })).close();
+      try {
+        execFileSync("dd", ["if=/dev/zero", `of=${join(volume, "filler")}`, "bs=64k"], { stdio: "ignore" });
+      } catch {
+        // dd stops at the full volume
+      }
+      const cli = serve({ ACCESSD_DATABASE: database });
+      expect(await cli.exited).toEqual({ code: 1, signal: null });
+      expect(cli.stderr().trim()).toMatch(new RegExp(`^accessd: cannot open the database ${database}: .* \\(its volume is full: free some space\\)$`));
+    } finally {
+      execFileSync("umount", [volume], { stdio: "ignore" });
+    }
+  });
+
   it("stops before it listens, naming the lock file, when it cannot write the serving lock (SQLite opened it read-only and took a shared lock: two servers ran on one database)", async (context) => {
     const database = await startedDatabase();
     const lockFile = servingLockPath(database);

@@ -1,4 +1,5 @@
-import { accessSync, constants, statSync } from "node:fs";
+import { accessSync, constants, statfsSync, statSync } from "node:fs";
+import { dirname } from "node:path";
 import { AppEntitlementOwnersRepository } from "./app-entitlement-owners-repository.js";
 import { AppEntitlementsRepository } from "./app-entitlements-repository.js";
 import { AppsRepository } from "./apps-repository.js";
@@ -23,9 +24,24 @@ export class DatabaseOpenError extends Error {
   constructor(path: string, cause: unknown) {
     const reason = cause instanceof Error ? cause.message : String(cause);
     // SQLITE_READONLY and its extended codes (SQLITE_READONLY_RECOVERY, ...): "attempt to write a readonly database".
-    const readOnly = cause instanceof Error && String((cause as NodeJS.ErrnoException).code).startsWith("SQLITE_READONLY");
-    super(`cannot open the database ${path}: ${reason}${readOnly ? unwritableFilesNote(path) : ""}`, { cause });
+    const code = cause instanceof Error ? String((cause as NodeJS.ErrnoException).code) : "";
+    const note = code.startsWith("SQLITE_READONLY") ? unwritableFilesNote(path) : /^SQLITE_(IOERR|FULL)/.test(code) ? fullVolumeNote(path) : "";
+    super(`cannot open the database ${path}: ${reason}${note}`, { cause });
     this.name = "DatabaseOpenError";
+  }
+}
+
+/**
+ * For SQLite's "disk I/O error" (or "database or disk is full") at the start: whether the volume is
+ * full, which SQLite reports as an I/O error when it cannot grow the -shm file (a server restarted
+ * on a full volume read as failing hardware).
+ */
+function fullVolumeNote(path: string): string {
+  try {
+    const volume = statfsSync(dirname(path));
+    return volume.bavail === 0 ? " (its volume is full: free some space)" : "";
+  } catch {
+    return "";
   }
 }
 
