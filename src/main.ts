@@ -176,7 +176,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   if (everyAddress.length > 0) {
     log.warn(
       { trustedProxies: everyAddress },
-      "ACCESSD_TRUSTED_PROXIES trusts every address: any sender's X-Forwarded-For is believed (IP-restricted listeners and the token endpoint's limits see what it says); name the proxies' own ranges",
+      "ACCESSD_TRUSTED_PROXIES trusts every address (0.0.0.0/0 every IPv4 peer, ::/0 every IPv6 one): any such sender's X-Forwarded-For is believed (IP-restricted listeners and the token endpoint's limits see what it says); name the proxies' own ranges",
     );
   }
   // Matched as its network: `10.0.0.1/8` trusts all of 10.0.0.0/8, where one proxy was likely meant.

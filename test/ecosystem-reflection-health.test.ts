@@ -330,6 +330,32 @@ describe("gRPC health", () => {
     expect(performance.now() - started).toBeLessThan(2 * statusPollMs + 1_500);
   });
 
+  it("sends a change to every open Watch, also when another Watch opens right after it (that one's opening hid it from the others)", async () => {
+    let ready = true;
+    const client = createClient(
+      Health,
+      createRouterTransport((router) => router.service(Health, healthService({ shutdown: new AbortController().signal, ready: () => ready, services: [] }))),
+    );
+    const abort = new AbortController();
+    const first: Status[] = [];
+    const watching = (async () => {
+      try {
+        for await (const res of client.watch({}, { signal: abort.signal })) first.push(res.status);
+      } catch (e) {
+        if (ConnectError.from(e).code !== Code.Canceled) throw e;
+      }
+    })();
+    while (first.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    ready = false;
+    const second = client.watch({}, { signal: abort.signal })[Symbol.asyncIterator]();
+    expect((await second.next()).value?.status).toBe(Status.NOT_SERVING); // opened just after the change
+    const deadline = performance.now() + 2 * statusPollMs + 1_000;
+    while (first.length < 2 && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    abort.abort();
+    await watching;
+    expect(first).toEqual([Status.SERVING, Status.NOT_SERVING]);
+  });
+
   for (const httpVersion of ["1.1", "2"] as const) {
     it(`streams SERVING as the first message of a Watch over Connect on HTTP/${httpVersion} without a token`, async () => {
       const client = createClient(Health, createConnectTransport({ baseUrl: server.url, httpVersion }));

@@ -450,6 +450,43 @@ describe("refusals outside the routes, in the JSON error shape", () => {
     expect((await send("Transfer-Encoding: Chunked\r\n", "2\r\n{}\r\n0\r\n\r\n")).status).toBe(401); // framed as it should be: no token
   });
 
+  /** What one connection receives for `bytes`, until it closes. */
+  const exchange = async (...writes: string[]): Promise<{ received: string; ms: number }> => {
+    const socket = netConnect(Number(new URL(server.url).port), "127.0.0.1");
+    await once(socket, "connect");
+    let received = "";
+    socket.on("data", (chunk: Buffer) => (received += chunk.toString()));
+    socket.on("error", () => {});
+    const closed = once(socket, "close");
+    const started = performance.now();
+    for (const [i, bytes] of writes.entries()) {
+      if (i > 0) await new Promise((resolve) => setTimeout(resolve, 200)); // the answer to what came before is out
+      socket.write(bytes);
+    }
+    await closed;
+    return { received, ms: performance.now() - started };
+  };
+
+  it("answers a request whose own body is malformed 400 at once (waiting for its own answer, it got a 408 after the request timeout)", async () => {
+    const { received, ms } = await exchange(`POST /api/v1/apps HTTP/1.1\r\nHost: x\r\nAuthorization: ${server.headers.authorization}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n0\r\n\r\n`);
+    expect(received.match(/HTTP\/1\.1 \d{3}/g)).toEqual(["HTTP/1.1 400"]);
+    expect(ms).toBeLessThan(2_000);
+  });
+
+  it("answers a malformed request pipelined behind one answered at once (/healthz) after it (the connection ended without its 400), and gives a request refused before its malformed body one answer only", async () => {
+    const behindHealthz = await exchange("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGARBAGE\r\n\r\n");
+    expect(behindHealthz.received.match(/HTTP\/1\.1 \d{3}/g)).toEqual(["HTTP/1.1 200", "HTTP/1.1 400"]);
+    const refusedEarly = await exchange("POST /api/v1/webhooks/incoming/nope HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n", "ZZ\r\n");
+    expect(refusedEarly.received.match(/HTTP\/1\.1 \d{3}/g)).toEqual(["HTTP/1.1 404"]);
+  });
+
+  it("keeps the connection of a request naming Upgrade without Connection: upgrade (RFC 9110: ignored)", async () => {
+    const port = Number(new URL(server.url).port);
+    const answer = await rawRequest(port, ["GET /healthz HTTP/1.1\r\nHost: x\r\nUpgrade: foo\r\n\r\n"]);
+    expect(answer?.status).toBe(200);
+    expect(answer?.headers["connection"]).toBe("keep-alive");
+  });
+
   it("serves a Connect call over HTTP/1.0 without Host, which HTTP/1.0 allows (500 internal and an error line for anyone: connect-es found no authority)", async () => {
     const port = Number(new URL(server.url).port);
     const answer = await rawRequest(port, ["POST /grpc.health.v1.Health/Check HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"]);

@@ -92,6 +92,8 @@ export class HttpServer {
   private readonly connections: ConnectionTracker;
   /** The response in progress on each HTTP/1.1 socket, so a parse error never writes over it. */
   private readonly responses = new WeakMap<Socket, NodeResponse>();
+  /** The last request read on each HTTP/1.1 socket, and its response (answered or not). */
+  private readonly lastExchanges = new WeakMap<Socket, { req: IncomingMessage; res: NodeResponse }>();
 
   constructor(private readonly options: HttpServerOptions) {
     this.server = httpolyglot.createServer(
@@ -118,19 +120,29 @@ export class HttpServer {
     // ACK, 40 ms per gRPC call. HTTP/1.1 sets this itself; do it for every connection.
     this.server.on("connection", (socket: Socket) => socket.setNoDelay(true));
     this.server.on("clientError", (error: Error & { code?: string }, socket: Socket) => {
-      const inProgress = this.responses.get(socket);
-      if (inProgress !== undefined && !inProgress.writableFinished && error.code !== "ECONNRESET") {
-        // A malformed request pipelined behind one still being answered: its 400 goes after that
-        // answer, in order (RFC 9112 9.3.2). Written at once, it took the first request's place
-        // (which ran: a webhook accepted, a token issued, its answer lost).
-        const answerNext = (): void => answerClientError(error, socket, false);
-        inProgress.once("finish", answerNext);
-        inProgress.once("close", () => {
-          if (!inProgress.writableFinished) socket.destroy();
-        });
+      const last = this.lastExchanges.get(socket);
+      if (last === undefined || error.code === "ECONNRESET") {
+        answerClientError(error, socket, false);
         return;
       }
-      answerClientError(error, socket, inProgress?.headersSent === true);
+      const { req, res } = last;
+      if (!req.complete) {
+        // In the body of the request being answered: a 400 unless it was answered already (an
+        // early refusal: no second answer, the connection ends).
+        answerClientError(error, socket, res.headersSent);
+        return;
+      }
+      // A malformed request pipelined behind one whose body had all arrived: its 400 goes after
+      // that one's answer, in order (RFC 9112 9.3.2). Written at once, it took the first
+      // request's place (which ran: a webhook accepted, a token issued, its answer lost).
+      if (res.writableFinished) {
+        answerClientError(error, socket, false);
+        return;
+      }
+      res.once("finish", () => answerClientError(error, socket, false));
+      res.once("close", () => {
+        if (!res.writableFinished) socket.destroy();
+      });
     });
     // An idle keep-alive connection's timeout fires from a timer, and timers run before sockets are
     // read: after the thread was held past it (a write waiting up to 5 s on another process's
@@ -198,6 +210,7 @@ export class HttpServer {
     this.connections.track(req, res);
     if (!isHttp2Request(req)) {
       this.trackResponse(req.socket as Socket, res);
+      this.lastExchanges.set(req.socket as Socket, { req: req as IncomingMessage, res });
       if (req.httpVersionMajor !== 1) {
         // A request line that says HTTP/0.9 (`GET /` alone) or HTTP/2.0 over an HTTP/1 connection:
         // 400 like the versions Node's parser refuses itself (HTTP/3.0), not a 5xx for bad input.
@@ -219,7 +232,7 @@ export class HttpServer {
       // websocket), which accessd answers as HTTP/1.1: a request pipelined behind it was neither
       // run nor answered, and the connection hung until its keep-alive timeout. It ends after the
       // answer, so the client sends the rest again on a new one.
-      if (req.headers.upgrade !== undefined) res.setHeader("connection", "close");
+      if (req.headers.upgrade !== undefined && /(^|,)\s*upgrade\s*(,|$)/i.test(req.headers.connection ?? "")) res.setHeader("connection", "close");
     }
     const url = req.url ?? "/";
     const queryStart = url.indexOf("?");

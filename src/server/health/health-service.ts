@@ -38,7 +38,9 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
   let lastStatus = status();
   let poll: NodeJS.Timeout | undefined;
   const watchStatus = (): void => {
-    poll ??= setInterval(() => {
+    if (poll !== undefined) return;
+    lastStatus = status();
+    poll = setInterval(() => {
       const now = status();
       if (now === lastStatus) return;
       lastStatus = now;
@@ -73,10 +75,9 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
       try {
         const serviceKnown = known.has(request.service);
         let sent = serviceKnown ? status() : Status.SERVICE_UNKNOWN;
-        if (serviceKnown) {
-          lastStatus = sent;
-          watchStatus();
-        }
+        // (The poll's own last status is left as it is: set here, a watch opened just after a
+        // change hid it from every watch open before.)
+        if (serviceKnown) watchStatus();
         yield { status: sent };
         for (;;) {
           // Shutdown may have begun, or the client gone, while an answer waited to be taken.
