@@ -388,25 +388,28 @@ describe("inbound webhooks: a JWKS that fails", () => {
     }
   });
 
+  /** A newly signed webhook for listener `name`, verified through `cache` against the JWKS at /<name>. */
+  const verifyAgainst = async (cache: JwksCache, name: string) => {
+    const endpointUrl = `${server.config.baseUrl}/api/v1/webhooks/incoming/${name}`;
+    const { body, headers } = await signedFor(endpointUrl);
+    return verifyWebhookJwt(cache, {
+      authorization: headers.Authorization,
+      jwksUrl: `${keys.url}/${name}`,
+      baseUrl: server.config.baseUrl,
+      endpointUrl,
+      eventId: headers["Webhook-Event-Id"],
+      body,
+      nowMs: Date.now(),
+    });
+  };
+
   it("fetches the JWKS again once the 5 s have passed, logs the failure's detail, and keeps a fetched key set", async () => {
     const clock = new ManualClock(Date.now());
     let logged = "";
     const sink = new PassThrough();
     sink.on("data", (c: Buffer) => (logged += c.toString()));
     const cache = new JwksCache({ allowHttp: true }, { clock, log: createLogger("warn", sink) });
-    const endpointUrl = `${server.config.baseUrl}/api/v1/webhooks/incoming/recovering`;
-    const verify = async () => {
-      const { body, headers } = await signedFor(endpointUrl);
-      return verifyWebhookJwt(cache, {
-        authorization: headers.Authorization,
-        jwksUrl: `${keys.url}/recovering`,
-        baseUrl: server.config.baseUrl,
-        endpointUrl,
-        eventId: headers["Webhook-Event-Id"],
-        body,
-        nowMs: Date.now(),
-      });
-    };
+    const verify = () => verifyAgainst(cache, "recovering");
     const refused = { status: 401, reason: "jwks_http_status", message: jwksUnusableMessage };
     expect(await verify()).toMatchObject(refused);
     expect(fetched.get("/recovering")).toBe(1);
@@ -425,19 +428,7 @@ describe("inbound webhooks: a JWKS that fails", () => {
   it("does not remember a failure for longer than its 5 s when the clock steps back (it was held for the step's length: 30 min back, never fetched again)", async () => {
     const clock = new ManualClock(Date.now());
     const cache = new JwksCache({ allowHttp: true }, { clock });
-    const endpointUrl = `${server.config.baseUrl}/api/v1/webhooks/incoming/stepped`;
-    const verify = async () => {
-      const { body, headers } = await signedFor(endpointUrl);
-      return verifyWebhookJwt(cache, {
-        authorization: headers.Authorization,
-        jwksUrl: `${keys.url}/stepped`,
-        baseUrl: server.config.baseUrl,
-        endpointUrl,
-        eventId: headers["Webhook-Event-Id"],
-        body,
-        nowMs: Date.now(),
-      });
-    };
+    const verify = () => verifyAgainst(cache, "stepped");
     steppedUp = false;
     expect(await verify()).toMatchObject({ status: 401, reason: "jwks_http_status" });
     steppedUp = true;
