@@ -90,7 +90,7 @@ const apiCacheControl = "no-store";
 export class HttpServer {
   private readonly server: ReturnType<typeof httpolyglot.createServer>;
   private readonly connections: ConnectionTracker;
-  /** The response in progress on each HTTP/1.1 socket, so a parse error never writes over it. */
+  /** The response in progress on each HTTP/1.1 socket (an idle keep-alive connection has none). */
   private readonly responses = new WeakMap<Socket, NodeResponse>();
   /** The last request read on each HTTP/1.1 socket, and its response (answered or not). */
   private readonly lastExchanges = new WeakMap<Socket, { req: IncomingMessage; res: NodeResponse }>();
@@ -410,11 +410,6 @@ function refuseExpectation(req: NodeRequest, res: NodeResponse, headers: Record<
 }
 
 /**
- * 501 (the method is not one the server implements: RFC 9110 15.6.2; a 405 would need an Allow
- * for a target that is no resource here), then the socket is destroyed once the answer is out or
- * a second later: it has left Node's HTTP timeouts, and a client that never closed kept it.
- */
-/**
  * A body framed in a way RFC 9112 refuses and Node's parser takes: a `Transfer-Encoding` beside a
  * `Content-Length` (Node framed `Transfer-Encoding:` with no value, then `Content-Length: 2`, by the
  * length: a request a proxy in front may have framed otherwise, 6.3), or a coding other than
@@ -432,6 +427,11 @@ function framingRefusalOf(req: IncomingMessage): { code: Code; status: number; m
   return undefined;
 }
 
+/**
+ * 501 (the method is not one the server implements: RFC 9110 15.6.2; a 405 would need an Allow
+ * for a target that is no resource here), then the socket is destroyed once the answer is out or
+ * a second later: it has left Node's HTTP timeouts, and a client that never closed kept it.
+ */
 function refuseConnectMethod(req: IncomingMessage, socket: Socket): void {
   const body = JSON.stringify({ code: "unimplemented", message: `CONNECT is not implemented (${(req.url ?? "/").slice(0, 200)}): accessd is not a proxy` });
   socket.on("error", () => {}); // the client may be gone already
