@@ -1,3 +1,4 @@
+import type { ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Http2Session } from "node:http2";
 import type { Server } from "node:net";
@@ -26,8 +27,6 @@ export class ConnectionTracker {
   /** Sockets known to speak HTTP/1.1; the others may carry HTTP/2 sessions, which GOAWAY closes. */
   private readonly http1Sockets = new WeakSet<Socket>();
   private readonly sessions = new Set<Http2Session>();
-  /** HTTP/1.1 responses in flight. */
-  private readonly http1Responses = new Set<NodeResponse>();
   private inFlight = 0;
   private draining = false;
   private cutting = false;
@@ -36,7 +35,15 @@ export class ConnectionTracker {
   constructor(server: Server) {
     server.on("connection", (socket: Socket) => {
       this.sockets.set(socket, 0);
-      socket.once("close", () => this.sockets.delete(socket));
+      socket.once("close", () => {
+        // Its requests still in flight end with it: one pipelined behind an answer that closed
+        // the connection (Connection: close, at a drain) is never answered and its response never
+        // closes (the drain waited its whole 10 s for two such, and said they were cut). Their
+        // responses' own close, if it comes, finds the socket gone and counts nothing again.
+        this.inFlight -= this.sockets.get(socket) ?? 0;
+        this.sockets.delete(socket);
+        if (this.draining && this.inFlight === 0) this.drained?.();
+      });
     });
     server.on("session", (session: Http2Session) => this.trackSession(session));
   }
@@ -81,30 +88,22 @@ export class ConnectionTracker {
       if (active !== undefined) this.sockets.set(socket, active + 1);
     }
     if (this.draining && socket !== undefined) res.setHeader("connection", "close");
-    if (socket !== undefined) this.http1Responses.add(res);
-    let released = false;
-    const release = (): void => {
-      if (released) return;
-      released = true;
-      this.http1Responses.delete(res);
-      socket?.removeListener("close", release);
-      this.inFlight--;
+    const onTrackedSocket = socket !== undefined && this.sockets.has(socket);
+    res.once("close", () => {
       // A client that hangs up mid-request closes its socket first (this tracker's listener,
       // added at accept, runs before Node's, which closes the response): a socket no longer
-      // tracked stays untracked. Setting it again kept every such socket, with its request and
-      // response, for the life of the process (about 6 KB each; soak review).
+      // tracked stays untracked, and its requests were counted out with it. Setting it again kept
+      // every such socket, with its request and response, for the life of the process (about 6 KB
+      // each; soak review).
       const active = socket === undefined ? undefined : this.sockets.get(socket);
+      if (onTrackedSocket && active === undefined) return;
+      this.inFlight--;
       if (socket !== undefined && active !== undefined) {
         this.sockets.set(socket, active - 1);
         if (this.draining && active === 1) socket.end();
       }
       if (this.draining && this.inFlight === 0) this.drained?.();
-    };
-    res.once("close", release);
-    // A request pipelined behind one whose answer closed the connection (Connection: close, at a
-    // drain) is never answered, and its response never closes: its connection's end releases it
-    // (the drain waited its whole 10 s for two such, and said they were cut).
-    socket?.once("close", release);
+    });
   }
 
   /**
@@ -116,9 +115,12 @@ export class ConnectionTracker {
   async drain(deadlineMs: number): Promise<number> {
     const started = performance.now();
     this.draining = true;
-    // Answers still to come on HTTP/1.1 say the connection ends with them: one answered with
-    // keep-alive led its client to send the next request on a connection about to be closed.
-    for (const res of this.http1Responses) if (!res.headersSent) res.setHeader("connection", "close");
+    // The answer each HTTP/1.1 connection is writing says the connection ends with it: one that
+    // said keep-alive led its client to send the next request on a connection about to be closed.
+    for (const socket of this.sockets.keys()) {
+      const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage; // Node's response in progress on it
+      if (res !== undefined && res !== null && !res.headersSent) res.setHeader("connection", "close");
+    }
     // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead
     // (which names the last stream served, so a client knows what to send again elsewhere).
     for (const session of this.sessions) session.close();
