@@ -173,12 +173,7 @@ function respelledTrailerFrame(frame: Uint8Array): Uint8Array {
   const block = Buffer.from(frame.subarray(5)).toString("latin1");
   const lines = block.split("\r\n").map((line) => {
     const match = /^grpc-message:\s*(.*)$/i.exec(line);
-    if (match === null) return line;
-    try {
-      return `grpc-message: ${grpcMessageHeader(decodeURIComponent(match[1] ?? ""))}`;
-    } catch {
-      return line; // not connect-es's encoding: leave it as it is
-    }
+    return match === null ? line : `grpc-message: ${specGrpcMessage(match[1] ?? "")}`;
   });
   const respelled = Buffer.from(lines.join("\r\n"), "latin1");
   if (respelled.equals(frame.subarray(5))) return frame;
@@ -191,13 +186,16 @@ function respelledTrailerFrame(frame: Uint8Array): Uint8Array {
 function respellGrpcMessage(headers: Headers | undefined): void {
   const message = headers?.get("grpc-message");
   if (message === null || message === undefined) return;
-  let text: string;
+  headers?.set("grpc-message", specGrpcMessage(message));
+}
+
+/** A `grpc-message` connect-es encoded, encoded as the gRPC spec has it; as it is when it is not connect-es's encoding. */
+function specGrpcMessage(message: string): string {
   try {
-    text = decodeURIComponent(message);
+    return grpcMessageHeader(decodeURIComponent(message));
   } catch {
-    return; // not connect-es's encoding: leave it as it is
+    return message;
   }
-  headers?.set("grpc-message", grpcMessageHeader(text));
 }
 
 /** An empty request message: JSON `{}` or no bytes, as such, or in one envelope (flags 0, its length, the message). */

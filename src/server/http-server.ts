@@ -90,8 +90,6 @@ const apiCacheControl = "no-store";
 export class HttpServer {
   private readonly server: ReturnType<typeof httpolyglot.createServer>;
   private readonly connections: ConnectionTracker;
-  /** The response in progress on each HTTP/1.1 socket (an idle keep-alive connection has none). */
-  private readonly responses = new WeakMap<Socket, NodeResponse>();
   /** The last request read on each HTTP/1.1 socket, and its response (answered or not). */
   private readonly lastExchanges = new WeakMap<Socket, { req: IncomingMessage; res: NodeResponse }>();
 
@@ -151,7 +149,7 @@ export class HttpServer {
     innerServers(this.server).http1?.on("timeout", (socket: Socket) => {
       const bytesRead = socket.bytesRead;
       setImmediate(() => {
-        if (socket.bytesRead === bytesRead && !this.responses.has(socket)) socket.destroy();
+        if (socket.bytesRead === bytesRead && this.lastExchanges.get(socket)?.res.writableFinished !== false) socket.destroy();
       });
     });
     // CONNECT (a proxy's tunnel request) never reaches 'request': without a listener Node drops
@@ -209,7 +207,6 @@ export class HttpServer {
   private start(req: NodeRequest, res: NodeResponse): void {
     this.connections.track(req, res);
     if (!isHttp2Request(req)) {
-      this.trackResponse(req.socket as Socket, res);
       this.lastExchanges.set(req.socket as Socket, { req: req as IncomingMessage, res });
       if (req.httpVersionMajor !== 1) {
         // A request line that says HTTP/0.9 (`GET /` alone) or HTTP/2.0 over an HTTP/1 connection:
@@ -320,13 +317,6 @@ export class HttpServer {
       const answered = answeredAt !== undefined && !resetByClient;
       const code = resetByClient ? codeName(Code.Canceled) : answeredCodeOf(res, answered);
       report({ facts, code, status: answered ? res.statusCode : undefined, seconds: ((answeredAt ?? performance.now()) - started) / 1000 });
-    });
-  }
-
-  private trackResponse(socket: Socket, res: NodeResponse): void {
-    this.responses.set(socket, res);
-    res.once("close", () => {
-      if (this.responses.get(socket) === res) this.responses.delete(socket);
     });
   }
 

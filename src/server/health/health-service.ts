@@ -35,7 +35,8 @@ export function healthService(options: HealthOptions): ServiceImpl<typeof Health
    * damaged, and ready again: a watch said nothing of either).
    */
   const watchers = new Set<(why: Wake) => void>();
-  let lastStatus = status();
+  /** The status the poll last read (set when it starts): what a change is a change from. */
+  let lastStatus: Status | undefined;
   let poll: NodeJS.Timeout | undefined;
   const watchStatus = (): void => {
     if (poll !== undefined) return;
