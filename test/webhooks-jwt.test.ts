@@ -135,8 +135,15 @@ describe("inbound webhooks: JWT listeners", () => {
     });
   });
 
+  it("takes an nbf up to 5 minutes ahead, as the Webhook-Timestamp window takes the sender's clock (one a second ahead was refused)", async () => {
+    expect((await send(await jwtHeaders({ nbf: nowSeconds() + 1 }))).status).toBe(200);
+    expect((await send(await jwtHeaders({ nbf: nowSeconds() + 290 }))).status).toBe(200);
+    // ... and holds exp to the clock all the same: jose's one leeway would take an exp 5 minutes past.
+    expect((await send(await jwtHeaders({ exp: nowSeconds() - 1 }))).body).toEqual({ code: "unauthenticated", message: "the JWT has expired" });
+  });
+
   it("says why a time claim is refused: nbf ahead is not valid yet, a time that is no number must be one ('has the wrong value' before)", async () => {
-    const notYet = await send(await jwtHeaders({ nbf: nowSeconds() + 100 }));
+    const notYet = await send(await jwtHeaders({ nbf: nowSeconds() + 310 }));
     expect(notYet.body).toEqual({ code: "unauthenticated", message: "JWT claim nbf is in the future: the JWT is not valid yet" });
     const text = await send(await jwtHeaders({ exp: String(nowSeconds() + 100) }));
     expect(text.body).toEqual({ code: "unauthenticated", message: "JWT claim exp must be a number (seconds since the epoch)" });

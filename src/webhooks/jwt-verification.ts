@@ -3,6 +3,7 @@ import { decodeProtectedHeader, errors, jwtVerify, type JWTPayload, type Protect
 import { isCanonicalCompactJws } from "../compact-jws.js";
 import { JwksHttpNotAllowedError, JwksHttpStatusError, JwksNotJsonError, JwksTooLargeError, type JwksCache } from "./jwks-cache.js";
 import { unauthenticated, type Rejection } from "./rejection.js";
+import { timestampToleranceSeconds } from "./timestamp-window.js";
 
 /** Spec 5.2: RS256, ES256 and EdDSA only; never `none` or an HMAC algorithm. */
 export const allowedJwtAlgorithms = ["RS256", "ES256", "EdDSA"] as const;
@@ -11,6 +12,12 @@ const isAllowedJwtAlgorithm = (alg: unknown): alg is JwtAlgorithm => allowedJwtA
 /** Spec 5.2: `exp` at most 10 minutes after the current time. */
 export const maxJwtLifetimeSeconds = 600;
 const requiredClaims = ["sub", "aud", "exp", "jti", "htm", "htb_s256"];
+/**
+ * How far ahead of the server's clock an optional `nbf` may be: the Webhook-Timestamp window
+ * (spec 5.3), so a sender whose clock runs up to 5 minutes ahead, as that window accepts, is not
+ * refused for stamping `nbf` with its own now. `exp` has no such leeway (checkWebhookClaims).
+ */
+const notBeforeLeewaySeconds = timestampToleranceSeconds;
 
 export interface JwtCheckInput {
   authorization: string | undefined;
@@ -73,6 +80,8 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
       audience: input.endpointUrl,
       requiredClaims,
       currentDate: new Date(input.nowMs),
+      // jose applies one tolerance to nbf and exp alike; exp is held to the clock again below.
+      clockTolerance: notBeforeLeewaySeconds,
     }));
   } catch (e) {
     if (isKeyDataError(e)) jwks.reportUnusableKey(input.jwksUrl, e);
@@ -82,9 +91,10 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
   return checkWebhookClaims(payload, input);
 }
 
-/** The claims jose does not know: `exp` not too far ahead, `jti`, `htm`, `htb_s256`. */
+/** The claims jose does not know: `exp` in the future (without jose's leeway) and not too far ahead, `jti`, `htm`, `htb_s256`. */
 function checkWebhookClaims(payload: JWTPayload, input: JwtCheckInput): Rejection | undefined {
   const nowSeconds = Math.floor(input.nowMs / 1000);
+  if (typeof payload.exp === "number" && payload.exp <= nowSeconds) return jwtExpired;
   if (typeof payload.exp !== "number" || payload.exp - nowSeconds > maxJwtLifetimeSeconds) {
     return unauthenticated("jwt_claim_exp", `JWT exp must be at most ${maxJwtLifetimeSeconds} s after the current time`);
   }
@@ -101,13 +111,15 @@ function checkWebhookClaims(payload: JWTPayload, input: JwtCheckInput): Rejectio
   return undefined;
 }
 
+const jwtExpired = unauthenticated("jwt_expired", "the JWT has expired");
+
 function bearerToken(authorization: string | undefined): string | undefined {
   const match = /^Bearer +([A-Za-z0-9_.~+/=-]+)\s*$/i.exec(authorization ?? "");
   return match?.[1];
 }
 
 function rejectionOf(e: unknown): Rejection {
-  if (e instanceof errors.JWTExpired) return unauthenticated("jwt_expired", "the JWT has expired");
+  if (e instanceof errors.JWTExpired) return jwtExpired;
   if (e instanceof errors.JWTClaimValidationFailed) {
     const claim = e.claim.replace(/[^a-z0-9_]/gi, "");
     const problem =
