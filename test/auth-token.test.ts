@@ -299,6 +299,17 @@ describe("POST /auth/v1/token with private_key_jwt (RFC 7523)", () => {
     expect(answer.body).toEqual({ error: "invalid_client", error_description: "client assertion has expired" });
   });
 
+  it("takes an assertion whose nbf is up to 5 minutes ahead (a client's clock ahead of the server's was refused), and holds exp to the clock", async () => {
+    const { clientId, key } = await keyClient();
+    const nowSeconds = Math.floor(clock.now() / 1000);
+    const ask = async (claims: { nbf?: number; exp?: number }) =>
+      requestToken(server, { grant_type: "client_credentials", client_id: clientId, client_assertion_type: jwtBearer, client_assertion: await signAssertion(key, clientId, tokenUrl, clock.now(), claims) }, "json");
+    expect((await ask({ nbf: nowSeconds + 30 })).status).toBe(200);
+    expect((await ask({ nbf: nowSeconds + 290 })).status).toBe(200);
+    expect((await ask({ nbf: nowSeconds + 310 })).body).toEqual({ error: "invalid_client", error_description: "unknown client or invalid client_assertion" });
+    expect((await ask({ exp: nowSeconds - 1 })).body).toEqual({ error: "invalid_client", error_description: "client assertion has expired" });
+  });
+
   it("answers 401 invalid_client to bad assertions: another key, wrong audience, wrong issuer, exp too far ahead", async () => {
     const { clientId, key } = await keyClient();
     const other = await newClientKey();

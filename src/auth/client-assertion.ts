@@ -10,6 +10,14 @@ export const jwtBearerAssertionType = "urn:ietf:params:oauth:client-assertion-ty
 /** An assertion may not claim to live longer than this (its `exp` at most 5 minutes ahead). */
 const maxLifetimeSeconds = 300;
 
+/**
+ * How far ahead of the server's clock an assertion's optional `nbf` may be: RFC 7523 3 allows
+ * "some small leeway, usually no more than a few minutes" for a client's clock; 5 minutes, as
+ * webhook senders get (a client stamping `nbf` with its own now, a second ahead, was refused).
+ * `exp` has none: an assertion is used once, at once.
+ */
+const notBeforeLeewaySeconds = 300;
+
 export interface AssertionCheck {
   /** Accepted `aud` values: the token endpoint URL and the base URL. */
   audiences: readonly string[];
@@ -48,6 +56,8 @@ export async function verifyClientAssertion(assertion: string, client: Client | 
       audience: [...check.audiences],
       currentDate: new Date(now),
       requiredClaims: ["exp", "jti"],
+      // jose applies one tolerance to nbf and exp alike; exp is held to the clock again below.
+      clockTolerance: notBeforeLeewaySeconds,
     }));
   } catch (e) {
     // jose checks the signature before the claims: only the key's holder learns of an expiry.
@@ -56,6 +66,7 @@ export async function verifyClientAssertion(assertion: string, client: Client | 
     throw invalidClient(assertionRefusal, `client assertion is invalid (${code === "" ? "malformed" : code})`);
   }
   const exp = payload.exp ?? 0;
+  if (exp <= Math.floor(now / 1000)) throw invalidClient("client assertion has expired");
   if (exp > Math.floor(now / 1000) + maxLifetimeSeconds) {
     throw invalidClient(`client assertion exp must be at most ${maxLifetimeSeconds} seconds ahead`);
   }

@@ -61,10 +61,10 @@ export function signAssertion(
   clientId: string,
   audience: string,
   nowMs: number,
-  claims: { exp?: number; jti?: string; iss?: string; sub?: string; aud?: string } = {},
+  claims: { exp?: number; nbf?: number; jti?: string; iss?: string; sub?: string; aud?: string } = {},
 ): Promise<string> {
   const now = Math.floor(nowMs / 1000);
-  return new SignJWT({})
+  return new SignJWT(claims.nbf === undefined ? {} : { nbf: claims.nbf })
     .setProtectedHeader({ alg: key.alg })
     .setIssuer(claims.iss ?? clientId)
     .setSubject(claims.sub ?? clientId)
