@@ -365,6 +365,49 @@ describe("ExecutionWorker when the store fails", () => {
     expect(attempts.length).toBeLessThanOrEqual(4); // one at the start, then one each 300 ms
   });
 
+  it("waits twice as long after each failed attempt in a row, up to 30 poll intervals, and a poll interval again once one succeeds (a database locked by another process stalled the thread 5 s in every 6)", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const busy = new Database.SqliteError("database is locked", "SQLITE_BUSY");
+    const attempts: number[] = [];
+    let failing = true;
+    const runBatch = ExecutionRunner.prototype.runBatch;
+    const spy = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(function (this: ExecutionRunner, ...args) {
+      attempts.push(performance.now());
+      if (failing) throw busy;
+      return runBatch.apply(this, args);
+    });
+    const writes: string[] = [];
+    const capturing = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void writes.push(chunk.toString())) }));
+    const failureLines = () =>
+      writes
+        .join("")
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as { msg: string; failedAttempts: number; retryInMs: number })
+        .filter((line) => line.msg.startsWith("automation worker: execution attempt failed"))
+        .map((line) => [line.failedAttempts, line.retryInMs]);
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log: capturing, programs: new ProgramCache(), gatherMs: 0, pollIntervalMs: 5 });
+    const id = enqueue(store, automationId, 1);
+    worker.start();
+    while (attempts.length < 8) await sleep(5);
+    expect(failureLines().slice(0, 7)).toEqual([[1, 5], [2, 10], [3, 20], [4, 40], [5, 80], [6, 150], [7, 150]]);
+    const gaps = attempts.slice(1, 8).map((at, i) => at - attempts[i]!);
+    expect(gaps.every((gap, i) => gap >= [5, 10, 20, 40, 80, 150, 150][i]! - 1), gaps.join(", ")).toBe(true);
+
+    failing = false;
+    await worker.whenIdle();
+    expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
+    // Failing again after a success starts from one poll interval.
+    const failedBefore = failureLines().length;
+    failing = true;
+    enqueue(store, automationId, 2);
+    worker.notify();
+    while (failureLines().length === failedBefore) await sleep(5);
+    expect(failureLines().at(-1)).toEqual([1, 5]);
+    await worker.stop();
+    spy.mockRestore();
+  });
+
   it("notes a damaged file with the store (which then answers not ready), and goes on trying", async () => {
     const { store } = storeWithAutomation([logStep("a")]);
     const damaged = new Database.SqliteError("database disk image is malformed", "SQLITE_CORRUPT");

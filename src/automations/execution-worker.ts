@@ -42,6 +42,14 @@ const defaultBatch: BatchLimits = { maxUnits: 256, maxMs: 2 };
 const defaultGatherMs = 10;
 
 /**
+ * After failed attempts in a row the worker waits the poll interval, then twice that, and so on
+ * up to this many poll intervals (30 s by default). A write waits up to busy_timeout (5 s) for a
+ * lock another process holds, on the one thread: retried each second, a held lock with work
+ * queued stalled every request, /healthz too, five seconds in six; now at most one in seven.
+ */
+const maxFailurePauseIntervals = 30;
+
+/**
  * The in-process worker: claims unfinished executions one at a time in creation order (so an
  * execution interrupted by a crash is resumed first) and runs them. One worker per database:
  * SQLite serialises writes anyway, and one runner keeps "in order" simple. `notify()` after
@@ -61,6 +69,8 @@ export class ExecutionWorker {
   private stopping = false;
   private wake: (() => void) | undefined;
   private idleWaiters: (() => void)[] = [];
+  /** Attempts that failed since the last one that did not (pauseAfterFailure). */
+  private failedAttempts = 0;
 
   constructor(options: ExecutionWorkerOptions) {
     this.runner = new ExecutionRunner(options);
@@ -156,13 +166,16 @@ export class ExecutionWorker {
         } else if (this.runner.drained) {
           await this.gather();
         }
+        this.failedAttempts = 0;
       } catch (e) {
         // The store failing (disk full, locked too long, the file damaged): keep the execution for
-        // a later attempt, a poll interval on, not at the next execution's hand-off (under load,
-        // one error line each: 80 a second).
+        // a later attempt, a poll interval on and longer each time, not at the next execution's
+        // hand-off (under load, one error line each: 80 a second).
         this.store.noteDamage(e);
-        this.log.error({ err: e }, "automation worker: execution attempt failed; retrying");
-        await this.pauseAfterFailure();
+        this.failedAttempts++;
+        const retryInMs = this.failurePauseMs();
+        this.log.error({ err: e, failedAttempts: this.failedAttempts, retryInMs }, "automation worker: execution attempt failed; retrying");
+        await this.pauseAfterFailure(retryInMs);
       }
     }
   }
@@ -213,9 +226,14 @@ export class ExecutionWorker {
     if (this.gatherMs > 0 && !this.stopping) await sleep(this.gatherMs);
   }
 
-  /** Waits the poll interval, or until stop(): a hand-off does not end it. */
-  private async pauseAfterFailure(): Promise<void> {
-    const until = performance.now() + this.pollIntervalMs;
+  /** The poll interval doubled for each failed attempt in a row after the first, up to maxFailurePauseIntervals of it. */
+  private failurePauseMs(): number {
+    return this.pollIntervalMs * Math.min(2 ** (this.failedAttempts - 1), maxFailurePauseIntervals);
+  }
+
+  /** Waits `ms`, or until stop(): a hand-off does not end it. */
+  private async pauseAfterFailure(ms: number): Promise<void> {
+    const until = performance.now() + ms;
     while (!this.stopping && performance.now() < until) await this.sleep(until - performance.now());
   }
 
