@@ -1,3 +1,4 @@
+import { Agent as HttpAgent, request as httpRequest } from "node:http";
 import { connect as http2Connect } from "node:http2";
 import { connect as netConnect } from "node:net";
 import { once } from "node:events";
@@ -166,6 +167,33 @@ describe("one port, every protocol", () => {
     expect(body.subarray(5).toString("latin1").split("\r\n")).toEqual(
       expect.arrayContaining(['grpc-message: app "caf%C3%A9/x,y:z 100%25" not found', "grpc-status: 5"]),
     );
+  });
+
+  it("keeps a keep-alive HTTP/1.1 connection after refusing a gRPC-Web message over 1 MiB: the next request on it is answered (it was reset, 2 times in 3)", async () => {
+    const agent = new HttpAgent({ keepAlive: true, maxSockets: 1 });
+    const post = (path: string, contentType: string, body: Buffer) =>
+      new Promise<{ status: number | undefined; body: Buffer; reused: boolean }>((resolve, reject) => {
+        const req = httpRequest(`${server.url}${path}`, { method: "POST", agent, headers: { ...server.headers, "content-type": contentType } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (chunk: Buffer) => chunks.push(chunk));
+          res.on("end", () => resolve({ status: res.statusCode, body: Buffer.concat(chunks), reused: req.reusedSocket }));
+        });
+        req.on("error", reject);
+        req.end(body);
+      });
+    const message = Buffer.from(JSON.stringify({ displayName: "x".repeat(1_200_000) }));
+    const envelope = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+    envelope.writeUInt32BE(message.length, 1);
+    try {
+      for (let i = 0; i < 3; i++) {
+        const refused = await post("/svc.api.app.v1.Apps/Create", "application/grpc-web+json", envelope);
+        expect(refused.body.subarray(5).toString("latin1")).toContain("grpc-status: 8");
+        const next = await post("/svc.api.app.v1.Apps/List", "application/json", Buffer.from("{}"));
+        expect(next).toMatchObject({ status: 200, reused: true });
+      }
+    } finally {
+      agent.destroy();
+    }
   });
 
   it("answers a grpc-js call to a method the server does not have with gRPC status UNIMPLEMENTED and a message", async () => {

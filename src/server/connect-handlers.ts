@@ -81,6 +81,7 @@ export class ConnectHandlers {
       undefined,
       createContextValues().set(requestFactsKey, facts),
     );
+    if (!isHttp2Request(req)) uReq = { ...uReq, body: bodyKeptOnReturn(req) };
     if (this.options.checkBearer !== undefined) {
       facts.bearer = await this.options.checkBearer(uReq.header.get("authorization"));
       if (facts.bearer instanceof ConnectError) uReq = await withEmptyMessage(uReq, req, this.options.maxBodyBytes);
@@ -196,6 +197,18 @@ function specGrpcMessage(message: string): string {
   } catch {
     return message;
   }
+}
+
+/**
+ * An HTTP/1.1 request's body for connect-es, read without destroying the request when its reader
+ * stops early. connect-es stops reading a gRPC-Web envelope that announces more than readMaxBytes
+ * (1 MiB), and connect-node's own iterable then destroyed the request, which destroys the socket
+ * with the rest of the body unread: the next request on the keep-alive connection was reset
+ * (5 of 6 times). Left alone, the rest is read and thrown away once the answer is out
+ * (enforceDeadlines), as REST and Connect unary refusals are.
+ */
+async function* bodyKeptOnReturn(req: NodeRequest): AsyncGenerator<Uint8Array> {
+  for await (const chunk of req.iterator({ destroyOnReturn: false })) yield chunk as Uint8Array;
 }
 
 /** An empty request message: JSON `{}` or no bytes, as such, or in one envelope (flags 0, its length, the message). */
