@@ -356,6 +356,15 @@ describe("POST /api/v1/search/users (page fields in the body)", () => {
     expect(res.status).toBe(400);
   });
 
+  it("refuses a query or email over 1,000 characters, as longer than any field it could match (a 100,000-character non-ASCII query held the thread 6 s)", async () => {
+    for (const [field, value] of [["query", `é${"x".repeat(1_000)}`], ["email", `${"x".repeat(1_000)}@example.com`]] as const) {
+      const res = await server.call("POST", "/api/v1/search/users", { [field]: value });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({ code: "invalid_argument", message: `${field} is longer than 1000 characters` });
+    }
+    expect((await server.call("POST", "/api/v1/search/users", { query: "é".repeat(1_000) })).status).toBe(200);
+  });
+
   it("answers an empty search with an empty list and nextPageToken \"\"", async () => {
     const page = await search({ query: "nobody-has-this-name" });
     expect(JSON.parse(page.text)).toEqual({ list: [], nextPageToken: "" });

@@ -61,11 +61,14 @@ export const searchFolded = (text: string): string => text.normalize("NFC").toLo
  * a substring of one field, not of the fields run together ("Lovelace ada" matched Ada Lovelace,
  * ada@example.com). SQLite's `lower` folds ASCII letters only, and fast; a query with any other
  * character is also compared through `searchFolded` (`contains_folded`, twice the cost a row), so
- * "ørjan" finds "Ørjan" and an NFD "école" an NFC one.
+ * "ørjan" finds "Ørjan" and an NFD "école" an NFC one. `contains_folded` takes the field only: the
+ * query it looks for is held in JS while the statement runs (UsersRepository.withFoldedQuery), as
+ * an argument it was made into a JS string again for every field of every row (a 1,000-character
+ * query: 72 ms a range of 20,000 users, against 5 ms with the field alone).
  */
 const queryMatches = `(:query = ''
   OR instr(lower(display_name), :query) > 0 OR instr(lower(email), :query) > 0 OR instr(lower(username), :query) > 0
-  OR (:unicode = 1 AND (contains_folded(display_name, :query) OR contains_folded(email, :query) OR contains_folded(username, :query))))`;
+  OR (:unicode = 1 AND (contains_folded(display_name) OR contains_folded(email) OR contains_folded(username))))`;
 
 const searchParameters = (search: UserSearch) => {
   const query = searchFolded(search.query);
@@ -82,13 +85,14 @@ export class UsersRepository {
   private readonly searchByEmailStmt;
   private readonly updateStmt;
   private readonly roles: UserRolesRepository;
+  /** The folded query `contains_folded` looks for, while a search statement runs (withFoldedQuery). */
+  private foldedQuery = "";
 
   /** `principals`: the clients' principals, cleared when roles change (see ClientsRepository). */
   constructor(db: Database, principals: ReadCache<string, ClientPrincipal>) {
     this.roles = new UserRolesRepository(db, principals);
-    db.function("contains_folded", { deterministic: true }, (text: unknown, query: unknown) =>
-      searchFolded(text as string).includes(query as string) ? 1 : 0,
-    );
+    // Not deterministic: its answer depends on the query held, not on its argument alone.
+    db.function("contains_folded", (text: unknown) => (searchFolded(text as string).includes(this.foldedQuery) ? 1 : 0));
     this.insertStmt = db.prepare<[string, string, string, string, number, number]>(
       "INSERT INTO users (id, display_name, email, username, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
     );
@@ -141,12 +145,27 @@ export class UsersRepository {
    * callers search a range at a time: see `idAfter`.
    */
   searchBetween(search: UserSearch, after: string | undefined, through: string | undefined, limit: number): User[] {
-    return this.searchStmt.all({ after: after ?? "", through: through ?? "", ...searchParameters(search), limit }).map(toUser);
+    const parameters = searchParameters(search);
+    return this.withFoldedQuery(parameters.query, () => this.searchStmt.all({ after: after ?? "", through: through ?? "", ...parameters, limit })).map(toUser);
   }
 
   /** searchBetween over every user, for a search with an `email`: through the email index, no range needed. */
   searchByEmail(search: UserSearch, after: string | undefined, limit: number): User[] {
-    return this.searchByEmailStmt.all({ after: after ?? "", ...searchParameters(search), limit }).map(toUser);
+    const parameters = searchParameters(search);
+    return this.withFoldedQuery(parameters.query, () => this.searchByEmailStmt.all({ after: after ?? "", ...parameters, limit })).map(toUser);
+  }
+
+  /**
+   * Runs `read` (one synchronous statement run) with `query` as what `contains_folded` looks for.
+   * Nothing else runs on the thread meanwhile, so no other search can change it.
+   */
+  private withFoldedQuery<T>(query: string, read: () => T): T {
+    this.foldedQuery = query;
+    try {
+      return read();
+    } finally {
+      this.foldedQuery = "";
+    }
   }
 
   /** The id `count` users after `after` (the end of a range of `count` rows), or undefined when fewer are left. */
