@@ -44,3 +44,23 @@ export class ThreadShare {
     return value;
   }
 }
+
+/**
+ * Runs pieces of work one at a time, in the order they were given, each after a turn of the
+ * event loop, so that a turn holds at most one piece however many callers wait. For the users
+ * search's ranges: each search yielding on its own, eight at once read eight ranges in every
+ * turn, and a webhook, which needs a few turns, waited behind all of them at each (a caller with
+ * eight rare searches at once put webhooks' p99 at 2.2 s).
+ */
+export class TakeTurns {
+  private last: Promise<unknown> = Promise.resolve();
+
+  take<T>(work: () => T): Promise<T> {
+    const turn = this.last.then(async () => {
+      await yieldToRequests();
+      return work();
+    });
+    this.last = turn.catch(() => undefined);
+    return turn;
+  }
+}

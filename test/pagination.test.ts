@@ -404,6 +404,34 @@ describe("a search over more users than one range", () => {
   });
 });
 
+describe("searches at once", () => {
+  it("take turns range by range: no turn of the event loop reads two ranges (each search yielding alone, eight read eight ranges a turn, and webhooks waited behind them all)", async () => {
+    seedUsers(2 * searchRangeRows, (i) => `Turns ${i}`);
+    let turn = 0;
+    let ticking = true;
+    const tick = () => {
+      turn++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const rangeTurns: number[] = [];
+    const original = server.store.users.searchBetween.bind(server.store.users);
+    const spy = vi.spyOn(server.store.users, "searchBetween").mockImplementation((...args) => {
+      rangeTurns.push(turn);
+      return original(...args);
+    });
+    try {
+      const searches = Array.from({ length: 4 }, () => server.call("POST", "/api/v1/search/users", { query: "nobody-matches-this" }));
+      for (const res of await Promise.all(searches)) expect(res.status).toBe(200);
+    } finally {
+      ticking = false;
+      spy.mockRestore();
+    }
+    expect(rangeTurns.length).toBeGreaterThanOrEqual(4 * 2);
+    expect(new Set(rangeTurns).size).toBe(rangeTurns.length);
+  });
+});
+
 describe("a search's query", () => {
   const searchIds = async (body: unknown) => (await rawPage(await server.call("POST", "/api/v1/search/users", body), userIdOf)).ids;
 

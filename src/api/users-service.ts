@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
 import { principalKey } from "../auth/principal.js";
 import { checkRoleChange, checkUserInReach, normalizeRoles } from "../auth/role-grants.js";
-import { yieldToRequests } from "../event-loop.js";
+import { TakeTurns } from "../event-loop.js";
 import { listingFingerprint, paginate, paginateAsync } from "../pagination/index.js";
 import { newId } from "../store/ids.js";
 import type { Store } from "../store/store.js";
@@ -20,6 +20,7 @@ function checkEmail(email: string): string {
 }
 
 export function usersService({ store, clock, pageTokens }: ServiceContext): ServiceImpl<typeof Users> {
+  const searchTurns = new TakeTurns();
   const getOrThrow = (id: string) => {
     const user = store.users.get(id);
     if (user === undefined) throw notFound("user", id);
@@ -96,7 +97,7 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
         // The query is compared folded and the email in any ASCII case, so the token is too.
         listingFingerprint("users_search", searchFolded(search.query), lowerAscii(search.email)),
         req,
-        (after, limit) => searchInRanges(store, search, after, limit),
+        (after, limit) => searchInRanges(store, searchTurns, search, after, limit),
       );
       return { list: page.items.map(userMessage), nextPageToken: page.nextPageToken };
     },
@@ -112,16 +113,21 @@ const lowerAscii = (text: string) => text.replace(/[A-Z]+/g, (upper) => upper.to
  */
 export const searchRangeRows = 20_000;
 
-/** Up to `limit` users matching `search` after `after`, read a range of searchRangeRows at a time with a turn of the event loop between ranges. */
-async function searchInRanges(store: Store, search: UserSearch, after: string | undefined, limit: number): Promise<User[]> {
+/**
+ * Up to `limit` users matching `search` after `after`, read a range of searchRangeRows at a time,
+ * each in its turn among every search's ranges (`turns`), with a turn of the event loop before it.
+ */
+async function searchInRanges(store: Store, turns: TakeTurns, search: UserSearch, after: string | undefined, limit: number): Promise<User[]> {
   if (search.email !== "") return store.users.searchByEmail(search, after, limit); // an index lookup
   const found: User[] = [];
   let from = after;
   for (;;) {
-    const through = store.users.idAfter(from, searchRangeRows);
-    found.push(...store.users.searchBetween(search, from, through, limit - found.length));
+    const through = await turns.take(() => {
+      const end = store.users.idAfter(from, searchRangeRows);
+      found.push(...store.users.searchBetween(search, from, end, limit - found.length));
+      return end;
+    });
     if (found.length >= limit || through === undefined) return found;
     from = through;
-    await yieldToRequests();
   }
 }
