@@ -370,15 +370,8 @@ function varint(n: number): Buffer {
 }
 
 describe("a call whose deadline has passed before its handler begins", () => {
-  it("is not run: DEADLINE_EXCEEDED over Connect (connect-timeout-ms: 0) and gRPC (grpc-timeout: 0n), and no app is created (it answered 200 and created it)", async () => {
-    const name = `Past deadline ${Date.now()}`;
-    const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
-      method: "POST",
-      headers: { ...server.headers, "content-type": "application/json", "connect-timeout-ms": "0" },
-      body: JSON.stringify({ displayName: name }),
-    });
-    expect(connect.status).toBe(504);
-    expect(await connect.json()).toMatchObject({ code: "deadline_exceeded" });
+  /** Apps/Create over gRPC (h2c) with this grpc-timeout; resolves with its grpc-status. */
+  async function grpcCreate(displayName: string, grpcTimeout: string): Promise<string | undefined> {
     const client = http2Connect(server.url);
     client.on("error", () => {});
     let trailers: Record<string, string> = {};
@@ -388,14 +381,14 @@ describe("a call whose deadline has passed before its handler begins", () => {
         ":path": "/svc.api.app.v1.Apps/Create",
         "content-type": "application/grpc+json",
         te: "trailers",
-        "grpc-timeout": "0n",
+        "grpc-timeout": grpcTimeout,
         ...server.headers,
       });
       stream.on("error", () => {});
       stream.on("response", (headers: Record<string, string>) => (trailers = { ...trailers, ...headers }));
       stream.on("trailers", (t: Record<string, string>) => (trailers = { ...trailers, ...t }));
       stream.resume();
-      const message = Buffer.from(JSON.stringify({ displayName: name }));
+      const message = Buffer.from(JSON.stringify({ displayName }));
       const frame = Buffer.alloc(5);
       frame.writeUInt32BE(message.length, 1);
       stream.end(Buffer.concat([frame, message]));
@@ -403,10 +396,32 @@ describe("a call whose deadline has passed before its handler begins", () => {
     } finally {
       client.close();
     }
-    expect(trailers["grpc-status"]).toBe(String(Code.DeadlineExceeded));
+    return trailers["grpc-status"];
+  }
+
+  it("is not run: DEADLINE_EXCEEDED over Connect (connect-timeout-ms: 0) and gRPC (grpc-timeout: 0n), and no app is created (it answered 200 and created it)", async () => {
+    const name = `Past deadline ${Date.now()}`;
+    const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json", "connect-timeout-ms": "0" },
+      body: JSON.stringify({ displayName: name }),
+    });
+    expect(connect.status).toBe(504);
+    expect(await connect.json()).toMatchObject({ code: "deadline_exceeded" });
+    expect(await grpcCreate(name, "0n")).toBe(String(Code.DeadlineExceeded));
     const apps = (await (await server.call("GET", "/api/v1/apps?page_size=100")).json()) as { list: { displayName: string }[] };
     expect(apps.list.length).toBeGreaterThan(0);
     expect(apps.list.filter((item) => item.displayName === name)).toEqual([]);
+  });
+
+  it("is not run when its deadline passed a moment ago (grpc-timeout: 1n, 1u): connect-es's timer had not fired, and the app was created while its client read DEADLINE_EXCEEDED", async () => {
+    const name = `Just past deadline ${Date.now()}`;
+    expect(await grpcCreate(name, "1n")).toBe(String(Code.DeadlineExceeded));
+    expect(await grpcCreate(name, "1u")).toBe(String(Code.DeadlineExceeded));
+    const apps = (await (await server.call("GET", "/api/v1/apps?page_size=100")).json()) as { list: { displayName: string }[] };
+    expect(apps.list.filter((item) => item.displayName === name)).toEqual([]);
+    // A deadline still ahead runs as ever.
+    expect(await grpcCreate(name, "10S")).toBe("0");
   });
 });
 

@@ -1,11 +1,15 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { requestFactsKey } from "./request-context.js";
 
 /**
  * A call whose client's deadline (`grpc-timeout`, `connect-timeout-ms`) has passed by the time its
  * handler would begin is not run: DEADLINE_EXCEEDED, which its client was going to read anyway.
  * connect-es aborts the call's signal at the deadline, but a handler that does not look at it ran
- * to the end: `connect-timeout-ms: 0` on a Create answered 200 and created the app. A handler
- * that has begun runs to its end (the store's work is short and not cut halfway).
+ * to the end: `connect-timeout-ms: 0` on a Create answered 200 and created the app. Its timer has
+ * not fired yet for a deadline that passed a moment ago (`grpc-timeout: 1n`, `1u`, `1m` created
+ * the app while the client read DEADLINE_EXCEEDED), so the deadline is also read from the header,
+ * counted from the request's arrival. A handler that has begun runs to its end (the store's work
+ * is short and not cut halfway).
  */
 export function passedDeadlineInterceptor(): Interceptor {
   return (next) => async (req) => {
@@ -13,6 +17,24 @@ export function passedDeadlineInterceptor(): Interceptor {
       const reason = ConnectError.from(req.signal.reason);
       if (reason.code === Code.DeadlineExceeded) throw reason;
     }
+    const receivedAt = req.contextValues.get(requestFactsKey).receivedAt;
+    const timeoutMs = clientTimeoutMs(req.header);
+    if (receivedAt !== undefined && timeoutMs !== undefined && performance.now() - receivedAt >= timeoutMs) {
+      throw new ConnectError("the operation timed out", Code.DeadlineExceeded);
+    }
     return next(req);
   };
 }
+
+/** The call's timeout as its client sent it, in ms: gRPC's `grpc-timeout` (gRPC-Web's too), Connect's `connect-timeout-ms`. */
+function clientTimeoutMs(header: Headers): number | undefined {
+  const grpc = header.get("grpc-timeout");
+  if (grpc !== null) {
+    const match = /^(\d{1,8})([HMSmun])$/.exec(grpc);
+    return match === null ? undefined : Number(match[1]) * grpcTimeoutUnitMs[match[2] as keyof typeof grpcTimeoutUnitMs];
+  }
+  const connect = header.get("connect-timeout-ms");
+  return connect !== null && /^\d{1,10}$/.test(connect) ? Number(connect) : undefined;
+}
+
+const grpcTimeoutUnitMs = { H: 3_600_000, M: 60_000, S: 1_000, m: 1, u: 0.001, n: 0.000001 };

@@ -241,6 +241,7 @@ export class HttpServer {
       requestId,
       protocol: "rest",
       peerAddress: peerAddressOf(req),
+      receivedAt: performance.now(),
     };
     enforceDeadlines(req, res, this.options.requestTimeoutMs, facts);
     this.route(req, res, path, facts).catch((e: unknown) => {

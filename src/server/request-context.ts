@@ -10,6 +10,8 @@ export interface RequestFacts {
   protocol: WireProtocol;
   /** The TCP peer address (never a forwarded header). */
   peerAddress: string;
+  /** When the request arrived (performance.now()): a call's deadline counts from then (passedDeadlineInterceptor). */
+  receivedAt?: number;
   /**
    * The operation (`package.Service.Method`) once the route names one: a Connect or gRPC path the
    * server serves, a REST route that matched. Unset for a path that names none.
