@@ -385,11 +385,15 @@ describe("listing executions", () => {
     await server.worker.whenIdle();
     const execution = await getExecution(id);
     const stepError = execution.steps[0]?.error ?? "";
-    expect(stepError).toBe(`app "${"a".repeat(995)}… (59016 more characters)`);
+    // Within the 1,000, the note of what was left out included (they were 1,024 and 1,041).
+    expect(stepError).toBe(`app "${"a".repeat(875)}… (59136 more characters)`);
     expect(execution.error).toBe(`step "grant" failed: ${stepError}`);
+    // ... with room for the longest step name (64 characters) in the execution's.
+    expect(`step "${"n".repeat(64)}" failed: ${stepError}`.length).toBeLessThanOrEqual(1_000);
     const page = await list(`automation_id=${automationId}`);
     expect(JSON.stringify(page.body).length).toBeLessThan(5_000);
-    expect(boundedErrorText("x".repeat(999) + "\u{1F600}")).toBe("x".repeat(999) + "… (2 more characters)"); // never half a surrogate pair
+    expect(boundedErrorText("x".repeat(1_000))).toBe("x".repeat(1_000));
+    expect(boundedErrorText("x".repeat(959) + "\u{1F600}" + "y".repeat(40))).toBe("x".repeat(959) + "… (42 more characters)"); // never half a surrogate pair
   });
 
   it("lists executions without their trigger and step outputs, which Get answers", async () => {

@@ -383,8 +383,9 @@ function isFaultOfTheExecution(error: unknown): boolean {
   return !isStoreUnavailable(error) && !isStoreDamaged(error);
 }
 
+/** The execution's error for its failed step: within maxErrorLength too, the step's name and all. */
 function stepError(step: StepRecord): string {
-  return `step "${step.name}" failed: ${step.error}`;
+  return boundedErrorText(`step "${step.name}" failed: ${step.error}`);
 }
 
 /**

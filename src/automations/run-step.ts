@@ -3,7 +3,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { addEntitlementOwner, removeEntitlementOwner } from "../entitlements/entitlement-owners.js";
 import type { Store } from "../store/store.js";
 import type { StepState } from "../store/executions-repository.js";
-import { boundedErrorText } from "./error-text.js";
+import { boundedStepErrorText } from "./error-text.js";
 import { evaluate } from "./evaluate.js";
 import { celToJson, celTypeName, OutputError } from "./json-cel.js";
 import type { ProgramCache } from "./program-cache.js";
@@ -41,8 +41,8 @@ export function runStep(
     }
     return { state: "SUCCEEDED", output: act(store, now, step, programs, context), error: "" };
   } catch (e) {
-    if (e instanceof StepFailure) return { state: "FAILED", output: undefined, error: boundedErrorText(e.message) };
-    if (e instanceof ConnectError) return { state: "FAILED", output: undefined, error: boundedErrorText(e.rawMessage) };
+    if (e instanceof StepFailure) return { state: "FAILED", output: undefined, error: boundedStepErrorText(e.message) };
+    if (e instanceof ConnectError) return { state: "FAILED", output: undefined, error: boundedStepErrorText(e.rawMessage) };
     throw e;
   }
 }
