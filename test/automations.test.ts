@@ -458,6 +458,8 @@ describe("saving automations", () => {
     ["a repeated step name", [{ name: "a", log: { messageCel: "1" } }, { name: "a", log: { messageCel: "2" } }], 'steps[1].name "a" is used by an earlier step'],
     ["a step without an action", [{ name: "a" }], "steps[0] needs an action: addEntitlementOwner, removeEntitlementOwner or log"],
     ["an empty expression", [{ name: "a", log: { messageCel: " " } }], 'steps[0] ("a").messageCel is required'],
+    // It said "is required" of the one optional expression.
+    ["a blank skipIfTrueCel", [{ name: "a", skipIfTrueCel: "  ", log: { messageCel: "1" } }], 'steps[0] ("a").skipIfTrueCel is blank: leave it out (or empty) to run the step always'],
     ["a step name over 64 characters", [{ name: "n".repeat(65), log: { messageCel: "1" } }], "steps[0].name is longer than 64 characters"],
     [
       // 420 levels of `(!` took 3.2 s to refuse (the parser backtracks through every open bracket).

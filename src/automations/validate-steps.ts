@@ -58,7 +58,10 @@ export function validateSteps(steps: readonly StepDefinition[], programs: Progra
     };
     for (const { field, source } of stepExpressions(step)) {
       const at = `${where} ("${step.name}").${field}`;
-      if (source.trim() === "") throw invalidArgument(`${at} is required`);
+      if (source.trim() === "") {
+        // An empty skipIfTrueCel is no condition (stepExpressions leaves it out); a blank one is a mistake.
+        throw invalidArgument(field === "skipIfTrueCel" ? `${at} is blank: leave it out (or empty) to run the step always` : `${at} is required`);
+      }
       if (source.length > maxExpressionLength) throw invalidArgument(`${at} is longer than ${maxExpressionLength} characters`);
       let compiled;
       try {
