@@ -420,6 +420,12 @@ describe("saving automations", () => {
       'steps[0] ("greet").messageCel: syntax error at 1:12: found . but expecting end of input',
     ],
     [
+      // Columns count characters (code points), as cel-go's do: four emoji put it at 1:14.
+      "an unknown variable after characters outside the BMP",
+      [{ name: "greet", log: { messageCel: "'😀😀😀😀' + user" } }],
+      'steps[0] ("greet").messageCel: unknown variable "user" (expressions read ctx.trigger and ctx.steps.<name>) at 1:10',
+    ],
+    [
       "an unknown variable",
       [{ name: "greet", log: { messageCel: '"hi " + user' } }],
       'steps[0] ("greet").messageCel: unknown variable "user" (expressions read ctx.trigger and ctx.steps.<name>) at 1:9',

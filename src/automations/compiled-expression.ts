@@ -262,7 +262,8 @@ function accumulatorAppend(comprehension: Comprehension): Call | undefined {
 export function positionOf(source: string, offset: number): string {
   const before = source.slice(0, Math.max(0, offset));
   const line = before.split("\n").length;
-  const column = offset - before.lastIndexOf("\n");
+  // Characters (code points), as cel-go counts them; an offset counts UTF-16 units.
+  const column = [...before.slice(before.lastIndexOf("\n") + 1)].length + 1;
   return `${line}:${column}`;
 }
 
