@@ -294,6 +294,8 @@ describe("the messages of a failed read (cel-es says 'index 5 out of bounds [0, 
     ["ctx.trigger.l[0] + ctx.trigger.l[9]", "messageCel: ctx.trigger.l[9]: index 9 is out of range (a list of 2 elements)"],
     ["ctx.trigger['l'][7]", 'messageCel: ctx.trigger["l"][7]: index 7 is out of range (a list of 2 elements)'],
     ["ctx.trigger.m[1]", 'messageCel: ctx.trigger.m[1]: no key 1 (a JSON object\'s keys are strings: write ctx.trigger.m["1"])'],
+    // Told to write {"a": 1.0}["1"], which fails as well.
+    ["{'a': 1}[1]", 'messageCel: {"a": 1}[1]: no key 1'],
     ["'abc'[0]", 'messageCel: "abc"[0] cannot be read: "abc" is a string, which has no index'],
     ["ctx.trigger.x.y", "messageCel: ctx.trigger.x.y cannot be read: ctx.trigger.x is a string, not a map"],
     ["ctx.trigger.n.w", "messageCel: ctx.trigger.n.w cannot be read: ctx.trigger.n is null, not a map"],

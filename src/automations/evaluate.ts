@@ -58,7 +58,12 @@ function describeCelError(error: CelError, expression: CompiledExpression, conte
     if (failing === undefined) return `index ${key} is out of range, or not a key`;
     const { text, operand } = failing;
     if (isCelList(operand.value)) return `${text}: index ${key} is out of range (a list of ${operand.value.size} elements)`;
-    if (isCelMap(operand.value)) return `${text}: no key ${key} (a JSON object's keys are strings: write ${operand.text}["${key}"])`;
+    if (isCelMap(operand.value)) {
+      // Only where the key written as a string is there is writing it so the fix ({'a': 1}[1] was told to write {'a': 1}["1"]).
+      return operand.value.has(key)
+        ? `${text}: no key ${key} (a JSON object's keys are strings: write ${operand.text}["${key}"])`
+        : `${text}: no key ${key}`;
+    }
     return `${text} cannot be read: ${operand.text} is ${aValueOf(operand.value)}, which has no index`;
   }
   // cel-es's list read with an index that is no whole number (1.5) returns nothing, which it then
