@@ -525,11 +525,12 @@ describe("saving automations", () => {
   });
 
   it("answers 400 to an update whose steps do not compile, and keeps the version", async () => {
+    // Named as the request has it, automation.steps[0], as its other fields are (it was steps[0]).
     const automationId = await createAutomation([{ name: "a", log: { messageCel: "1" } }]);
     const res = await server.call("POST", `/api/v1/automations/${automationId}`, {
       automation: { id: automationId, steps: [{ name: "a", log: { messageCel: "ctx.b" } }] },
     });
-    expect(await answer(res)).toEqual(invalid('steps[0] ("a").messageCel: unknown step "b" at 1:4'));
+    expect(await answer(res)).toEqual(invalid('automation.steps[0] ("a").messageCel: unknown step "b" at 1:4'));
     const get = await server.call("GET", `/api/v1/automations/${automationId}`);
     expect(((await get.json()) as { automation: { version: number } }).automation.version).toBe(1);
   });

@@ -101,7 +101,7 @@ export function automationsService({ store, clock, pageTokens, automations }: Se
         },
       );
       const steps = write.has("steps") ? stepsFromMessages(given?.steps ?? [], "automation.steps") : undefined;
-      if (steps !== undefined) validateSteps(steps, programs);
+      if (steps !== undefined) validateSteps(steps, programs, "automation.steps");
       return store.transaction(() => {
         const automation = getOrThrow(id);
         const previous = automation.trigger;

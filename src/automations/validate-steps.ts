@@ -31,7 +31,7 @@ const celReservedWords = new Set(
  * so that runs find them compiled. Throws invalid_argument naming the step, the field and, for an
  * expression, the line:column of the problem.
  */
-export function validateSteps(steps: readonly StepDefinition[], programs: ProgramCache): void {
+export function validateSteps(steps: readonly StepDefinition[], programs: ProgramCache, field = "steps"): void {
   if (steps.length > maxSteps) throw invalidArgument(`an automation has at most ${maxSteps} steps, not ${steps.length}`);
   const expressionChars = steps.reduce((sum, step) => sum + stepExpressions(step).reduce((n, e) => n + e.source.length, 0), 0);
   if (expressionChars > maxExpressionCharsPerAutomation) {
@@ -39,7 +39,7 @@ export function validateSteps(steps: readonly StepDefinition[], programs: Progra
   }
   const names = steps.map((s) => s.name);
   steps.forEach((step, index) => {
-    const where = `steps[${index}]`;
+    const where = `${field}[${index}]`;
     if (step.name === "") throw invalidArgument(`${where}.name is required`);
     if (step.name.length > maxStepNameLength) throw invalidArgument(`${where}.name is longer than ${maxStepNameLength} characters`);
     if (!stepNamePattern.test(step.name)) {
