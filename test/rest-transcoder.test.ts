@@ -141,6 +141,19 @@ describe("request bodies", () => {
     expect(((await owners.json()) as { list: unknown[] }).list).toEqual([]);
   });
 
+  it("finds a key given twice at any depth, and sees none in colons and quotes inside strings or in a __proto__ key (the body is decoded a second time only when the members written outnumber those parsed)", async () => {
+    const created = await server.call("POST", "/api/v1/automations", { displayName: "echo", trigger: { manual: {} }, steps: [{ name: "say", log: { messageCel: "ctx.trigger" } }] });
+    const { automation } = (await created.json()) as { automation: { id: string } };
+    expect((await server.call("POST", `/api/v1/automations/${automation.id}/publish`)).status).toBe(200);
+    const execute = (body: string) => server.call("POST", `/api/v1/automations/${automation.id}/execute`, body);
+    const deep = await jsonError(await execute('{"context":{"list":[{"a":1},{"b":{"c":1,"c":2}}]}}'));
+    expect(deep.status).toBe(400);
+    expect(deep.body.message).toContain('duplicate object key "c"');
+    const tricky = String.raw`{"context":{"k: v":"a:b","q\\":":\\\"x\\\":","__proto__":{"x":1},"list":[{"x":1},{"x":2}]}}`;
+    const answered = await execute(tricky);
+    expect(answered.status, await answered.clone().text()).toBe(200);
+  });
+
   it("answers 400 to a body that is not a JSON object", async () => {
     for (const body of ["[]", '"text"', "42", "null"]) {
       const res = await server.call("POST", "/api/v1/users", body);
