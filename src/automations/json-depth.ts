@@ -12,12 +12,23 @@
  */
 export const maxJsonDepth = 48;
 
+/** What a single pass over a JSON text finds (scanJsonText). */
+export interface JsonTextShape {
+  /** Arrays and objects nest deeper than the limit given (the pass stopped there). */
+  deeperThanLimit: boolean;
+  /** Object members written: colons outside strings (in valid JSON each follows a member's name). */
+  members: number;
+}
+
 /**
- * True when the JSON text nests arrays and objects deeper than `limit`. A single pass over the
- * text that skips string contents; it does not validate (JSON.parse does that afterwards).
+ * One pass over a JSON text that skips string contents: how deep it nests (against `limit`) and
+ * how many object members it writes. It does not validate (JSON.parse does that afterwards).
+ * Fewer members in the parsed value than written (membersIn) means a name given twice in one
+ * object, which JSON.parse takes silently, keeping the last.
  */
-export function nestsDeeperThan(text: string, limit: number): boolean {
+export function scanJsonText(text: string, limit: number): JsonTextShape {
   let depth = 0;
+  let members = 0;
   let inString = false;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
@@ -26,11 +37,27 @@ export function nestsDeeperThan(text: string, limit: number): boolean {
       else if (c === 0x22) inString = false;
     } else if (c === 0x22) {
       inString = true;
+    } else if (c === 0x3a) {
+      members++;
     } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > limit) return true;
+      if (++depth > limit) return { deeperThanLimit: true, members };
     } else if (c === 0x5d || c === 0x7d) {
       depth--;
     }
   }
-  return false;
+  return { deeperThanLimit: false, members };
+}
+
+/** How many members the objects of a parsed JSON value hold, at every depth. */
+export function membersIn(value: unknown): number {
+  if (value === null || typeof value !== "object") return 0;
+  let members = 0;
+  if (Array.isArray(value)) {
+    for (const item of value) members += membersIn(item);
+    return members;
+  }
+  for (const key in value) {
+    if (Object.hasOwn(value, key)) members += 1 + membersIn((value as Record<string, unknown>)[key]);
+  }
+  return members;
 }

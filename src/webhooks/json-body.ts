@@ -1,14 +1,15 @@
 import type { JsonValue } from "@bufbuild/protobuf";
-import { maxJsonDepth, nestsDeeperThan } from "../automations/json-depth.js";
+import { maxJsonDepth, membersIn, scanJsonText } from "../automations/json-depth.js";
 import { holdsLoneSurrogate } from "../automations/lone-surrogate.js";
 import { utf8Text } from "../server/read-body.js";
 import { badRequest, type Rejection } from "./rejection.js";
 
-/** Stage 7: the body is UTF-8 JSON nested at most maxJsonDepth levels; any such value becomes ctx.trigger. */
+/** Stage 7: the body is UTF-8 JSON nested at most maxJsonDepth levels, no name twice in one object; any such value becomes ctx.trigger. */
 export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
   const text = utf8Text(body);
   if (text === undefined) return badRequest("body_not_json", "the body is not valid JSON");
-  if (nestsDeeperThan(text, maxJsonDepth)) {
+  const shape = scanJsonText(text, maxJsonDepth);
+  if (shape.deeperThanLimit) {
     return badRequest("body_too_deep", `the body nests arrays and objects deeper than ${maxJsonDepth} levels`);
   }
   let value: JsonValue;
@@ -16,6 +17,12 @@ export function parseJsonBody(body: Uint8Array): JsonValue | Rejection {
     value = JSON.parse(text) as JsonValue;
   } catch {
     return badRequest("body_not_json", "the body is not valid JSON");
+  }
+  // A name given twice in one object: JSON.parse keeps the last, another parser (the sender's
+  // own checks, say) the first; what was signed would then be read two ways. Refused, as the
+  // API refuses it.
+  if (shape.members !== 0 && membersIn(value) !== shape.members) {
+    return badRequest("body_duplicate_key", "the body gives a name twice in one object (RFC 8259: names should be unique; readers disagree on which counts)");
   }
   if (mayOverflow.test(text) && holdsNonFiniteNumber(value)) {
     return badRequest("body_number_out_of_range", "the body holds a number beyond the range of a double (about ±1.8e308)");

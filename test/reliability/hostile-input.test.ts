@@ -401,6 +401,19 @@ describe("hostile input", () => {
     }
   });
 
+  it.each([
+    ['{"user_id":"a","user_id":"b"}', 400],
+    ['{"list":[{"x":1},{"y":{"z":1,"z":2}}]}', 400],
+    ['{"a":1,"a\\u0000":2}', 200], // two names (one ends in U+0000)
+    [String.raw`{"k: v":"a:b","q\\":":\\\"x\\\":","__proto__":{"x":1},"list":[{"x":1},{"x":2}]}`, 200], // colons and quotes in strings, __proto__ a name as any
+  ])("refuses a body that gives a name twice in one object, at any depth, which JSON.parse took keeping the last (%#)", async (body, status) => {
+    const answer = await postWebhook(hmac.postUrl, hmacHeaders(hmac, body), body);
+    expect(answer.status).toBe(status);
+    if (status === 400) {
+      expect(answer.body).toEqual({ code: "invalid_argument", message: "the body gives a name twice in one object (RFC 8259: names should be unique; readers disagree on which counts)" });
+    }
+  });
+
   it(`accepts a webhook body nested ${maxJsonDepth} levels deep, refuses ${maxJsonDepth + 1} with 400, and a protobuf gRPC client reads the execution (at 64 levels it could not)`, async () => {
     const accepted = '{"a":'.repeat(maxJsonDepth - 1) + "[1]" + "}".repeat(maxJsonDepth - 1);
     const refused = "[".repeat(maxJsonDepth + 1) + "]".repeat(maxJsonDepth + 1);
