@@ -432,6 +432,42 @@ describe("searches at once", () => {
   });
 });
 
+describe("a search its client left", () => {
+  it("reads no further range (it read to the end of the table for nobody, ahead of the searches waiting their turn)", async () => {
+    seedUsers(4 * searchRangeRows, (i) => `Left ${i}`);
+    let ranges = 0;
+    let rangesWhenLeft = 0;
+    const client = new AbortController();
+    const original = server.store.users.searchBetween.bind(server.store.users);
+    const spy = vi.spyOn(server.store.users, "searchBetween").mockImplementation((...args) => {
+      ranges++;
+      if (ranges === 1) {
+        rangesWhenLeft = ranges;
+        client.abort();
+      }
+      return original(...args);
+    });
+    try {
+      const search = fetch(`${server.url}/api/v1/search/users`, {
+        method: "POST",
+        headers: { ...server.headers, "content-type": "application/json" },
+        body: JSON.stringify({ query: "nobody-matches-this" }),
+        signal: client.signal,
+      });
+      await expect(search).rejects.toThrow();
+      // A search after it runs once the one left has given up its turns.
+      expect((await server.call("POST", "/api/v1/search/users", { query: "nobody-matches-this-either" })).status).toBe(200);
+    } finally {
+      spy.mockRestore();
+    }
+    const usersNow = Number(server.store.db.prepare("SELECT count(*) FROM users").pluck().get());
+    const rangesOfOneSearch = Math.ceil(usersNow / searchRangeRows);
+    // The one left read at most a range or two more (while its leaving reached the server); the second read them all.
+    expect(ranges - rangesWhenLeft).toBeLessThanOrEqual(2 + rangesOfOneSearch);
+    expect(rangesOfOneSearch).toBeGreaterThanOrEqual(4);
+  });
+});
+
 describe("a search's query", () => {
   const searchIds = async (body: unknown) => (await rawPage(await server.call("POST", "/api/v1/search/users", body), userIdOf)).ids;
 

@@ -1,4 +1,4 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { Users } from "../../gen/svc/api/user/v1/user_pb.js";
 import { principalKey } from "../auth/principal.js";
 import { checkRoleChange, checkUserInReach, normalizeRoles } from "../auth/role-grants.js";
@@ -88,7 +88,7 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
       });
     },
 
-    async search(req) {
+    async search(req, context) {
       // Longer than any field could match; a non-ASCII query is handed to JS for every row and
       // field (contains_folded), and one of 100,000 characters held the thread 6 s.
       const search = { query: limitText(req.query, "query"), email: limitText(req.email, "email") };
@@ -97,7 +97,7 @@ export function usersService({ store, clock, pageTokens }: ServiceContext): Serv
         // The query is compared folded and the email in any ASCII case, so the token is too.
         listingFingerprint("users_search", searchFolded(search.query), lowerAscii(search.email)),
         req,
-        (after, limit) => searchInRanges(store, searchTurns, search, after, limit),
+        (after, limit) => searchInRanges(store, searchTurns, search, after, limit, context.signal),
       );
       return { list: page.items.map(userMessage), nextPageToken: page.nextPageToken };
     },
@@ -116,13 +116,23 @@ export const searchRangeRows = 20_000;
 /**
  * Up to `limit` users matching `search` after `after`, read a range of searchRangeRows at a time,
  * each in its turn among every search's ranges (`turns`), with a turn of the event loop before it.
+ * A call its client left (or whose deadline passed) reads no further range: it went on to the end
+ * of the table for nobody, ahead of the searches waiting their turn.
  */
-async function searchInRanges(store: Store, turns: TakeTurns, search: UserSearch, after: string | undefined, limit: number): Promise<User[]> {
+async function searchInRanges(
+  store: Store,
+  turns: TakeTurns,
+  search: UserSearch,
+  after: string | undefined,
+  limit: number,
+  signal: AbortSignal,
+): Promise<User[]> {
   if (search.email !== "") return store.users.searchByEmail(search, after, limit); // an index lookup
   const found: User[] = [];
   let from = after;
   for (;;) {
     const through = await turns.take(() => {
+      if (signal.aborted) throw ConnectError.from(signal.reason, Code.Canceled);
       const end = store.users.idAfter(from, searchRangeRows);
       found.push(...store.users.searchBetween(search, from, end, limit - found.length));
       return end;
