@@ -423,6 +423,33 @@ describe("a call whose deadline has passed before its handler begins", () => {
     // A deadline still ahead runs as ever.
     expect(await grpcCreate(name, "10S")).toBe("0");
   });
+
+  it("reads the deadline of the call's own protocol only: a grpc-timeout on a Connect call, or a connect-timeout-ms on a gRPC one, is not its deadline (either refused the call)", async () => {
+    const connect = await fetch(`${server.url}/svc.api.app.v1.Apps/Create`, {
+      method: "POST",
+      headers: { ...server.headers, "content-type": "application/json", "grpc-timeout": "1n", "connect-timeout-ms": "60000" },
+      body: JSON.stringify({ displayName: `Connect with a stray grpc-timeout ${Date.now()}` }),
+    });
+    expect(connect.status).toBe(200);
+    const client = http2Connect(server.url);
+    client.on("error", () => {});
+    let status: string | undefined;
+    try {
+      const stream = client.request({ ":method": "POST", ":path": "/svc.api.app.v1.Apps/Create", "content-type": "application/grpc+json", te: "trailers", "connect-timeout-ms": "0", ...server.headers });
+      stream.on("error", () => {});
+      stream.on("response", (headers: Record<string, string>) => (status ??= headers["grpc-status"]));
+      stream.on("trailers", (trailers: Record<string, string>) => (status = trailers["grpc-status"]));
+      stream.resume();
+      const message = Buffer.from(JSON.stringify({ displayName: `gRPC with a stray connect-timeout-ms ${Date.now()}` }));
+      const frame = Buffer.alloc(5);
+      frame.writeUInt32BE(message.length, 1);
+      stream.end(Buffer.concat([frame, message]));
+      await once(stream, "close");
+    } finally {
+      client.close();
+    }
+    expect(status).toBe("0");
+  });
 });
 
 describe("refusals outside the routes, in the JSON error shape", () => {

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import { requestFactsKey } from "./request-context.js";
+import { requestFactsKey, type WireProtocol } from "./request-context.js";
 
 /**
  * A call whose client's deadline (`grpc-timeout`, `connect-timeout-ms`) has passed by the time its
@@ -17,8 +17,8 @@ export function passedDeadlineInterceptor(): Interceptor {
       const reason = ConnectError.from(req.signal.reason);
       if (reason.code === Code.DeadlineExceeded) throw reason;
     }
-    const receivedAt = req.contextValues.get(requestFactsKey).receivedAt;
-    const timeoutMs = clientTimeoutMs(req.header);
+    const { receivedAt, protocol } = req.contextValues.get(requestFactsKey);
+    const timeoutMs = clientTimeoutMs(protocol, req.header);
     if (receivedAt !== undefined && timeoutMs !== undefined && performance.now() - receivedAt >= timeoutMs) {
       throw new ConnectError("the operation timed out", Code.DeadlineExceeded);
     }
@@ -26,14 +26,17 @@ export function passedDeadlineInterceptor(): Interceptor {
   };
 }
 
-/** The call's timeout as its client sent it, in ms: gRPC's `grpc-timeout` (gRPC-Web's too), Connect's `connect-timeout-ms`. */
-function clientTimeoutMs(header: Headers): number | undefined {
-  const grpc = header.get("grpc-timeout");
-  if (grpc !== null) {
-    const match = /^(\d{1,8})([HMSmun])$/.exec(grpc);
+/**
+ * The call's timeout as its client sent it, in ms, in its protocol's own header: gRPC's (and
+ * gRPC-Web's) `grpc-timeout`, Connect's `connect-timeout-ms`; the other protocol's header, left
+ * on a request by a proxy, say, is none of its business (connect-es reads only its own).
+ */
+function clientTimeoutMs(protocol: WireProtocol, header: Headers): number | undefined {
+  if (protocol === "grpc" || protocol === "grpc-web") {
+    const match = /^(\d{1,8})([HMSmun])$/.exec(header.get("grpc-timeout") ?? "");
     return match === null ? undefined : Number(match[1]) * grpcTimeoutUnitMs[match[2] as keyof typeof grpcTimeoutUnitMs];
   }
-  const connect = header.get("connect-timeout-ms");
+  const connect = protocol === "connect" ? header.get("connect-timeout-ms") : null;
   return connect !== null && /^\d{1,10}$/.test(connect) ? Number(connect) : undefined;
 }
 
