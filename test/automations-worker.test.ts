@@ -408,6 +408,33 @@ describe("ExecutionWorker when the store fails", () => {
     spy.mockRestore();
   });
 
+  it("ends a long pause after failures a poll interval after a hand-off, which says a write committed (after a lock ended, new executions waited out the rest of a 30 s pause)", async () => {
+    const { store, automationId } = storeWithAutomation([logStep("a")]);
+    const busy = new Database.SqliteError("database is locked", "SQLITE_BUSY");
+    const attempts: number[] = [];
+    let failing = true;
+    const runBatch = ExecutionRunner.prototype.runBatch;
+    const spy = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(function (this: ExecutionRunner, ...args) {
+      attempts.push(performance.now());
+      if (failing) throw busy;
+      return runBatch.apply(this, args);
+    });
+    // Pauses of 20, 40, ... 600 ms (30 intervals): after seven failures, 600 ms.
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0, pollIntervalMs: 20 });
+    enqueue(store, automationId, 1);
+    worker.start();
+    while (attempts.length < 7) await sleep(5);
+    failing = false;
+    const committedAt = performance.now();
+    const id = enqueue(store, automationId, 2);
+    worker.notify();
+    await worker.whenIdle();
+    expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
+    expect(performance.now() - committedAt).toBeLessThan(400); // a poll interval (20 ms), not the rest of 600
+    await worker.stop();
+    spy.mockRestore();
+  });
+
   it("notes a damaged file with the store (which then answers not ready), and goes on trying", async () => {
     const { store } = storeWithAutomation([logStep("a")]);
     const damaged = new Database.SqliteError("database disk image is malformed", "SQLITE_CORRUPT");

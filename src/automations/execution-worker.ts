@@ -231,10 +231,17 @@ export class ExecutionWorker {
     return this.pollIntervalMs * Math.min(2 ** (this.failedAttempts - 1), maxFailurePauseIntervals);
   }
 
-  /** Waits `ms`, or until stop(): a hand-off does not end it. */
+  /**
+   * Waits `ms`, or until stop(). A hand-off (or notify) means a write just committed, so the
+   * store takes writes again: the pause then ends at most a poll interval later (executions
+   * accepted after a lock ended waited out the rest of a 30 s pause), and no sooner, so that a
+   * failure of the worker's own under load is still one attempt, one error line, an interval.
+   */
   private async pauseAfterFailure(ms: number): Promise<void> {
-    const until = performance.now() + ms;
-    while (!this.stopping && performance.now() < until) await this.sleep(until - performance.now());
+    let until = performance.now() + ms;
+    while (!this.stopping && performance.now() < until) {
+      if ((await this.sleep(until - performance.now())) === "woken") until = Math.min(until, performance.now() + this.pollIntervalMs);
+    }
   }
 
   /** Waits for notify() ("woken") or the poll interval ("polled"). */
