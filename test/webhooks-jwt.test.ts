@@ -140,6 +140,11 @@ describe("inbound webhooks: JWT listeners", () => {
     expect((await send(await jwtHeaders({ nbf: nowSeconds() + 290 }))).status).toBe(200);
     // ... and holds exp to the clock all the same: jose's one leeway would take an exp 5 minutes past.
     expect((await send(await jwtHeaders({ exp: nowSeconds() - 1 }))).body).toEqual({ code: "unauthenticated", message: "the JWT has expired" });
+    // An nbf at or after its exp is valid at no time (the leeway took one; review).
+    expect((await send(await jwtHeaders({ nbf: nowSeconds() + 200, exp: nowSeconds() + 100 }))).body).toEqual({
+      code: "unauthenticated",
+      message: "JWT nbf is not before its exp: the JWT is valid at no time",
+    });
   });
 
   it("says why a time claim is refused: nbf ahead is not valid yet, a time that is no number must be one ('has the wrong value' before)", async () => {

@@ -67,6 +67,8 @@ export async function verifyClientAssertion(assertion: string, client: Client | 
   }
   const exp = payload.exp ?? 0;
   if (exp <= Math.floor(now / 1000)) throw invalidClient("client assertion has expired");
+  // Valid at no time on any clock (nbf's leeway took it): no honest client writes one.
+  if (typeof payload.nbf === "number" && payload.nbf >= exp) throw invalidClient("client assertion nbf is not before its exp: it is valid at no time");
   if (exp > Math.floor(now / 1000) + maxLifetimeSeconds) {
     throw invalidClient(`client assertion exp must be at most ${maxLifetimeSeconds} seconds ahead`);
   }

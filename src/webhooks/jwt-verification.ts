@@ -95,6 +95,10 @@ export async function verifyWebhookJwt(jwks: JwksCache, input: JwtCheckInput): P
 function checkWebhookClaims(payload: JWTPayload, input: JwtCheckInput): Rejection | undefined {
   const nowSeconds = Math.floor(input.nowMs / 1000);
   if (typeof payload.exp === "number" && payload.exp <= nowSeconds) return jwtExpired;
+  // Valid at no time on any clock (nbf's leeway took it): no honest sender writes one.
+  if (typeof payload.nbf === "number" && typeof payload.exp === "number" && payload.nbf >= payload.exp) {
+    return unauthenticated("jwt_claim_nbf", "JWT nbf is not before its exp: the JWT is valid at no time");
+  }
   if (typeof payload.exp !== "number" || payload.exp - nowSeconds > maxJwtLifetimeSeconds) {
     return unauthenticated("jwt_claim_exp", `JWT exp must be at most ${maxJwtLifetimeSeconds} s after the current time`);
   }
