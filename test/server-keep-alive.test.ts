@@ -1,4 +1,5 @@
 import { once } from "node:events";
+import { connect as http2Connect } from "node:http2";
 import { connect as netConnect, type Socket } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -84,5 +85,37 @@ describe("an idle HTTP/1.1 keep-alive connection", () => {
     for (let waited = 0; quiet.ended() === undefined && waited < 10_000; waited += 100) await sleep(100);
     expect({ statuses: quiet.statuses(), ended: quiet.ended() }).toEqual({ statuses: ["HTTP/1.1 200"], ended: "closed" });
     expect(performance.now() - answeredAt).toBeGreaterThan(4_900);
+  });
+});
+
+describe("an idle HTTP/2 session", () => {
+  it("answers a call its client sent while the process was held past the session's idle timeout (the GOAWAY refused it, unread: REFUSED_STREAM)", async () => {
+    // Idle sessions are closed after twice the request timeout: 2 s here.
+    const served = await serveProcess({ ACCESSD_DATABASE: join(tempDir(), "accessd.db"), ACCESSD_REQUEST_TIMEOUT: "1s" });
+    started.push(served);
+    const session = http2Connect(served.url);
+    session.on("error", () => {});
+    const get = (path: string) =>
+      new Promise<string>((resolve) => {
+        const stream = session.request({ ":path": path });
+        let status = "";
+        stream.on("response", (headers) => (status = String(headers[":status"])));
+        stream.on("error", (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+        stream.on("close", () => resolve(status));
+        stream.resume();
+      });
+    try {
+      expect(await get("/healthz")).toBe("200");
+      await sleep(1_000);
+      served.cli.child.kill("SIGSTOP"); // a paused VM, a thread held: the idle timer comes due meanwhile
+      await sleep(1_500);
+      const answer = get("/healthz"); // sent while the process is held
+      await sleep(500);
+      served.cli.child.kill("SIGCONT");
+      expect(await answer).toBe("200");
+    } finally {
+      served.cli.child.kill("SIGCONT");
+      session.close();
+    }
   });
 });

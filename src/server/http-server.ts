@@ -507,15 +507,32 @@ function cutIdleConnections(
   // own again, with this same check as its handler (the server's 'timeout' is emitted only for
   // the timer Node set first), until it fires with none open.
   const openStreams = new WeakMap<Http2Session, number>();
+  const startedStreams = new WeakMap<Http2Session, number>();
   http2?.on("stream", (stream: ServerHttp2Stream) => {
     const session = stream.session;
     if (session === undefined) return;
     openStreams.set(session, (openStreams.get(session) ?? 0) + 1);
+    startedStreams.set(session, (startedStreams.get(session) ?? 0) + 1);
     stream.once("close", () => openStreams.set(session, (openStreams.get(session) ?? 1) - 1));
   });
+  const idle = (session: Http2Session, startedBefore: number): boolean =>
+    (openStreams.get(session) ?? 0) === 0 && (startedStreams.get(session) ?? 0) === startedBefore;
+  // The timer fires before the sockets are read, as HTTP/1.1's keep-alive timeout does: after the
+  // thread was held past it (a write waiting on another process's lock, a paused VM), calls sent
+  // meanwhile lay unread, and the GOAWAY refused every one (REFUSED_STREAM: connect-node reads
+  // INTERNAL and does not retry). So the session is closed once the loop has read what arrived,
+  // unless that started a stream.
   const closeIfIdle = (session: Http2Session): void => {
-    if ((openStreams.get(session) ?? 0) > 0) session.setTimeout(http2IdleMs, () => closeIfIdle(session));
-    else session.close();
+    const startedBefore = startedStreams.get(session) ?? 0;
+    if (!idle(session, startedBefore)) {
+      session.setTimeout(http2IdleMs, () => closeIfIdle(session));
+      return;
+    }
+    setImmediate(() => {
+      if (session.closed || session.destroyed) return;
+      if (idle(session, startedBefore)) session.close();
+      else session.setTimeout(http2IdleMs, () => closeIfIdle(session));
+    });
   };
   http2?.setTimeout(http2IdleMs);
   http2?.on("timeout", (session: ServerHttp2Session) => closeIfIdle(session));
