@@ -119,3 +119,31 @@ describe("an idle HTTP/2 session", () => {
     }
   });
 });
+
+describe("a request whose body arrived while the process was held", () => {
+  it("is answered, not cut as late: the request deadline's timer ran before the body that had arrived was read (408)", async () => {
+    const served = await serveProcess({ ACCESSD_DATABASE: join(tempDir(), "accessd.db"), ACCESSD_REQUEST_TIMEOUT: "1s" });
+    started.push(served);
+    const body = new URLSearchParams({
+      grant_type: "client_credentials",
+      client_id: processBootstrapClient.ACCESSD_BOOTSTRAP_CLIENT_ID,
+      client_secret: processBootstrapClient.ACCESSD_BOOTSTRAP_CLIENT_SECRET,
+    }).toString();
+    const socket = netConnect(Number(new URL(served.url).port), "127.0.0.1");
+    await once(socket, "connect");
+    const read = answersOn(socket);
+    try {
+      socket.write(`POST /auth/v1/token HTTP/1.1\r\nHost: accessd\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\n\r\n`);
+      await sleep(300); // the headers are read, and the request's 1 s deadline runs
+      served.cli.child.kill("SIGSTOP");
+      socket.write(body); // all of it, while the process is held past the deadline
+      await sleep(1_500);
+      served.cli.child.kill("SIGCONT");
+      for (let waited = 0; read.statuses().length === 0 && waited < 5_000; waited += 50) await sleep(50);
+      expect(read.statuses()).toEqual(["HTTP/1.1 200"]);
+    } finally {
+      served.cli.child.kill("SIGCONT");
+      socket.destroy();
+    }
+  });
+});

@@ -22,14 +22,27 @@ export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs:
     enforceHttp2Deadlines(req, res, timeoutMs, facts);
     return;
   }
+  let closed = false;
   const timer = setTimeout(() => {
-    if (!req.complete) cutIncompleteRequest(req, res, timeoutMs, facts);
+    afterPendingReads(() => {
+      if (!closed && !req.complete) cutIncompleteRequest(req, res, timeoutMs, facts);
+    });
   }, timeoutMs).unref();
   res.once("close", () => {
+    closed = true;
     clearTimeout(timer);
     if (res.writableFinished && !req.complete && !req.destroyed) discardRestOfBody(req, timeoutMs, () => req.destroy());
   });
   cutStalledHttp1Answer(req, res, timeoutMs);
+}
+
+/**
+ * Runs `judge` once the event loop has read what arrived: a timer runs before the sockets are
+ * read, so after the thread was held past a deadline (a write waiting on another process's lock,
+ * a paused VM) a body that had all arrived meanwhile lay unread, and was cut with 408 as late.
+ */
+function afterPendingReads(judge: () => void): void {
+  setImmediate(judge);
 }
 
 /** What a request's body reader meets once the request deadline has cut its body (HTTP/2). */
@@ -123,7 +136,8 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
 function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number, facts: RequestFacts): void {
   const { stream } = res;
   let waitingAtLastCheck = false;
-  const timer = setTimeout(() => {
+  const timer = setTimeout(() => afterPendingReads(check), timeoutMs).unref();
+  function check(): void {
     if (stream.closed || stream.destroyed) return;
     // Sent to its end by the client (`req.complete` is also false while a handler leaves the body unread).
     if (!req.complete && stream.state.remoteClose !== 1) {
@@ -144,7 +158,7 @@ function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeo
     }
     waitingAtLastCheck = waiting;
     timer.refresh();
-  }, timeoutMs).unref();
+  }
   res.once("close", () => clearTimeout(timer));
   // An answer given before the client sent all of its body: the rest is read and discarded.
   // Left unread, a body that outgrew the flow-control window kept the client waiting for good and
