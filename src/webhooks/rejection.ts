@@ -1,13 +1,14 @@
 import { Code } from "@connectrpc/connect";
 
-/** The statuses the webhook endpoint answers a refused request with (spec 7.1, plus 413). */
-export type RejectionStatus = 400 | 401 | 403 | 404 | 409 | 413;
+/** The statuses the webhook endpoint answers a refused request with (spec 7.1, plus 408 and 413). */
+export type RejectionStatus = 400 | 401 | 403 | 404 | 408 | 409 | 413;
 
 const codeOfStatus: Record<RejectionStatus, Code> = {
   400: Code.InvalidArgument,
   401: Code.Unauthenticated,
   403: Code.PermissionDenied,
   404: Code.NotFound,
+  408: Code.DeadlineExceeded,
   409: Code.AlreadyExists,
   413: Code.ResourceExhausted,
 };

@@ -47,7 +47,7 @@ export function webhookRoute(
           peerAddress: facts.peerAddress,
           headers: req.headers,
           rawHeaders: req.rawHeaders,
-          body: bodySource(req),
+          body: bodySource(req, facts),
         });
       } catch (e) {
         // The server answers a store failure with 503 (nothing was recorded); count it with the verdicts.
@@ -80,8 +80,8 @@ export function webhookRoute(
   };
 }
 
-function bodySource(req: NodeRequest): BodySource {
+function bodySource(req: NodeRequest, facts: RequestFacts): BodySource {
   const header = req.headers["content-length"];
   const declared = header === undefined || !/^\d+$/.test(header) ? undefined : Number(header);
-  return { declaredLength: declared, stream: req };
+  return { declaredLength: declared, stream: req, cutByDeadline: () => facts.cutByDeadline === true };
 }

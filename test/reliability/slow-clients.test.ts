@@ -89,6 +89,10 @@ describe("slow clients", () => {
     expect(statuses.every((s) => s === 200)).toBe(true);
     // A sender held up behind a slow one would wait for its cut (about requestTimeoutMs): none did.
     expect(Math.max(...latencies)).toBeLessThan(requestTimeoutMs / 2);
+    // Each was counted and logged as the 408 its sender read (it was a 400 body_incomplete there).
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metrics).toMatch(/accessd_webhook_verdicts_total\{[^}]*reason="body_timeout"[^}]*status="408"[^}]*\} 30/);
+    expect(metrics).not.toMatch(/reason="body_incomplete"/);
   });
 
   it("cuts a connection that trickles its request headers with a JSON 408", async () => {
