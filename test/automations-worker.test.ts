@@ -11,11 +11,13 @@ import { ProgramCache } from "../src/automations/program-cache.js";
 import type { StepDefinition } from "../src/automations/step-definition.js";
 import { ManualClock } from "../src/clock.js";
 import { createLogger } from "../src/logger.js";
-import type { Store } from "../src/store/store.js";
+import { Store } from "../src/store/store.js";
+import { scratch } from "./support/scratch.js";
 import { inMemoryStores } from "./support/store-fixtures.js";
 
 const log = createLogger("silent");
 const stores = inMemoryStores();
+const { tempDir } = scratch("accessd-worker-");
 
 const logStep = (name: string): StepDefinition => ({ name, skipIfTrueCel: "", action: { kind: "log", messageCel: "ctx.trigger.n" } });
 
@@ -433,6 +435,28 @@ describe("ExecutionWorker when the store fails", () => {
     expect(performance.now() - committedAt).toBeLessThan(400); // a poll interval (20 ms), not the rest of 600
     await worker.stop();
     spy.mockRestore();
+  });
+
+  it("takes no write lock while there is nothing to run: another process's lock costs an idle worker nothing (it waited out the busy timeout at every poll, an error line each)", async () => {
+    const path = `${tempDir()}/accessd.db`;
+    const store = Store.open(path);
+    store.db.pragma("busy_timeout = 50");
+    const writes: string[] = [];
+    const capturing = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void writes.push(chunk.toString())) }));
+    const worker = new ExecutionWorker({ store, clock: new ManualClock(), log: capturing, programs: new ProgramCache(), gatherMs: 0, pollIntervalMs: 20 });
+    worker.start(); // (its start and its stop write the worker's state: before and after the lock)
+    await sleep(50);
+    const holder = new Database(path);
+    holder.exec("BEGIN IMMEDIATE");
+    try {
+      await sleep(300); // some 15 polls
+    } finally {
+      holder.exec("ROLLBACK");
+      holder.close();
+    }
+    await worker.stop();
+    await store.close();
+    expect(writes.join("")).not.toContain("execution attempt failed");
   });
 
   it("notes a damaged file with the store (which then answers not ready), and goes on trying", async () => {

@@ -155,6 +155,13 @@ export class ExecutionRunner {
     let units = 0;
     this.queueEmptied = false;
     try {
+      // Nothing to claim, read without a write transaction: an idle worker took the database's
+      // write lock at every poll, and waited out another process's lock (5 s on the one thread,
+      // an error line) with no execution at all.
+      if (this.current === undefined && this.oldestUnclaimed() === undefined) {
+        this.queueEmptied = true;
+        return 0;
+      }
       store.transaction(() => {
         while (units < limits.maxUnits && !stopping() && (units === 0 || performance.now() - started < limits.maxMs)) {
           this.inHand = this.current?.execution;
