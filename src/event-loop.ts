@@ -25,6 +25,12 @@ export class ThreadShare {
     /** The most of the thread's time the work may take, between 0 (exclusive) and 1. */
     private readonly share: number,
     private readonly minSleepMs = 5,
+    /**
+     * The most of a piece's time counted as its work: a piece is milliseconds, and one the
+     * process was paused in (a VM, SIGSTOP) counted the pause, so that a 60 s pause owed 9 minutes
+     * of rest at a tenth of the thread.
+     */
+    private readonly maxPieceMs = 1_000,
   ) {
     if (!(share > 0 && share <= 1)) throw new RangeError(`a thread share is in (0, 1], not ${share}`);
   }
@@ -33,7 +39,7 @@ export class ThreadShare {
   async piece<T>(work: () => T): Promise<T> {
     const started = performance.now();
     const value = work();
-    this.owedMs += ((performance.now() - started) * (1 - this.share)) / this.share;
+    this.owedMs += (Math.min(performance.now() - started, this.maxPieceMs) * (1 - this.share)) / this.share;
     if (this.owedMs < this.minSleepMs) {
       await yieldToRequests();
     } else {

@@ -34,6 +34,14 @@ describe("ThreadShare", () => {
     expect(turns).toBe(3);
   });
 
+  it("counts at most maxPieceMs of a piece as its work (a 60 s pause of the process inside one owed 9 minutes of rest at a tenth)", async () => {
+    const share = new ThreadShare(0.1, 5, 20);
+    const started = performance.now();
+    await share.piece(() => busyFor(60)); // as if paused: 60 ms, counted 20, rests 180 (not 540)
+    expect(performance.now() - started).toBeLessThan(450);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(0.95 * (60 + 180));
+  });
+
   it("refuses a share outside (0, 1]", () => {
     for (const bad of [0, -0.1, 1.5, Number.NaN]) expect(() => new ThreadShare(bad)).toThrow(RangeError);
     expect(() => new ThreadShare(1)).not.toThrow();

@@ -10,6 +10,7 @@ import { v7 as uuidv7 } from "uuid";
 import { type Housekeeping, housekeepingChunkRows, housekeepingThreadShare, startHousekeeping } from "../src/jobs/housekeeping.js";
 import { isStoreUnavailable, StoredDataUnreadableError } from "../src/store/store-errors.js";
 import { Store } from "../src/store/store.js";
+import { busyFor } from "./support/busy-thread.js";
 import { readCappedBody, type BodySource } from "../src/webhooks/body-reader.js";
 import { DeliveryLog } from "../src/webhooks/delivery-log.js";
 import { checkEventId } from "../src/webhooks/event-id.js";
@@ -345,6 +346,25 @@ async function housekeepingOnDayTen(options: { deliveriesPerAutomation?: number 
 }
 
 describe("housekeeping job", () => {
+  it("runs one pass at once when the thread was held across a scheduled one, which node-cron skips (the delivery log stayed untrimmed until the next)", async () => {
+    const store = Store.open(":memory:");
+    // A slot two seconds ahead, once a minute: held across it, the next would be a minute later.
+    const slot = new Date(Date.now() + 2_000).getSeconds();
+    const job = startHousekeeping({ store, clock: new ManualClock(10 * day), log: createLogger("silent"), eventRetentionMs: day, schedule: `${slot} * * * * *` });
+    await job.firstPass;
+    const passes = vi.spyOn(store.webhooks.events, "deleteReceivedBefore");
+    try {
+      while (new Date().getSeconds() !== (slot + 59) % 60) await new Promise((r) => setTimeout(r, 20));
+      busyFor(4_500); // held across the slot, past node-cron's tolerance of a late one
+      for (let waited = 0; passes.mock.calls.length === 0 && waited < 1_500; waited += 50) await new Promise((r) => setTimeout(r, 50));
+      expect(passes.mock.calls.length).toBeGreaterThan(0);
+    } finally {
+      passes.mockRestore();
+      job.stop();
+      store.close();
+    }
+  });
+
   it("deletes event records older than the retention and keeps newer ones", async () => {
     const store = Store.open(":memory:");
     const clock = new ManualClock(10 * day);
