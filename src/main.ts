@@ -34,6 +34,7 @@ import { RestTranscoder } from "./server/rest-transcoder.js";
 import { continueIdsAfter, idTime } from "./store/ids.js";
 import { ServingLock } from "./store/serving-lock.js";
 import { DatabaseOpenError, refuseNonFileDatabase, Store } from "./store/store.js";
+import { watchHeldThread } from "./event-loop.js";
 import { startHousekeeping, type Housekeeping } from "./jobs/housekeeping.js";
 import { accessdVersion } from "./version.js";
 import { checkDataKey, holdsSealedSecrets, modeOpenToOthers, resolveDataKey } from "./store/data-key.js";
@@ -322,6 +323,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     eventRetentionMs: config.eventRetentionMs,
     executionRetentionMs: config.executionRetentionMs,
   });
+  const stopHeldThreadWatch = watchHeldThread(log);
 
   let closing: Promise<void> | undefined;
   return {
@@ -337,6 +339,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
       closing ??= (async () => {
         shutdown.abort();
         housekeeping.stop();
+        stopHeldThreadWatch();
         await server.close(options.shutdownDeadlineMs);
         await worker.stop(); // the running step finishes; the store closes after it
         await store.close();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ThreadShare } from "../src/event-loop.js";
+import { ThreadShare, watchHeldThread } from "../src/event-loop.js";
 import { busyFor } from "./support/busy-thread.js";
 
 describe("ThreadShare", () => {
@@ -45,5 +45,20 @@ describe("ThreadShare", () => {
   it("refuses a share outside (0, 1]", () => {
     for (const bad of [0, -0.1, 1.5, Number.NaN]) expect(() => new ThreadShare(bad)).toThrow(RangeError);
     expect(() => new ThreadShare(1)).not.toThrow();
+  });
+});
+
+describe("watchHeldThread", () => {
+  it("says in a line how long the thread was held past the threshold (a 60 s pause of the process left no line)", async () => {
+    const lines: { heldMs: number }[] = [];
+    const stop = watchHeldThread({ warn: (fields) => lines.push(fields as { heldMs: number }) }, 300);
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      busyFor(1_000);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(lines.some((line) => line.heldMs >= 500 && line.heldMs <= 1_200), JSON.stringify(lines)).toBe(true);
+    } finally {
+      stop();
+    }
   });
 });
