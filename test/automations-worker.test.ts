@@ -344,6 +344,26 @@ describe("ExecutionWorker", () => {
   });
 });
 
+/**
+ * ExecutionRunner.runBatch failing as on a database another process holds locked, while `failing`;
+ * the time of every attempt.
+ */
+function lockedBatches(): { attempts: number[]; failing: boolean; restore: () => void } {
+  const busy = new Database.SqliteError("database is locked", "SQLITE_BUSY");
+  const runBatch = ExecutionRunner.prototype.runBatch;
+  const batches = {
+    attempts: [] as number[],
+    failing: true,
+    restore: () => spy.mockRestore(),
+  };
+  const spy = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(function (this: ExecutionRunner, ...args) {
+    batches.attempts.push(performance.now());
+    if (batches.failing) throw busy;
+    return runBatch.apply(this, args);
+  });
+  return batches;
+}
+
 describe("ExecutionWorker when the store fails", () => {
   it("tries again a poll interval later, however many executions are handed over meanwhile (each woke it: an error line each, 80 a second under load)", async () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
@@ -369,15 +389,8 @@ describe("ExecutionWorker when the store fails", () => {
 
   it("waits twice as long after each failed attempt in a row, up to 30 poll intervals, and a poll interval again once one succeeds (a database locked by another process stalled the thread 5 s in every 6)", async () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
-    const busy = new Database.SqliteError("database is locked", "SQLITE_BUSY");
-    const attempts: number[] = [];
-    let failing = true;
-    const runBatch = ExecutionRunner.prototype.runBatch;
-    const spy = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(function (this: ExecutionRunner, ...args) {
-      attempts.push(performance.now());
-      if (failing) throw busy;
-      return runBatch.apply(this, args);
-    });
+    const batches = lockedBatches();
+    const { attempts } = batches;
     const writes: string[] = [];
     const capturing = createLogger("info", new Writable({ write: (chunk: Buffer, _encoding, done) => done(void writes.push(chunk.toString())) }));
     const failureLines = () =>
@@ -396,37 +409,30 @@ describe("ExecutionWorker when the store fails", () => {
     const gaps = attempts.slice(1, 8).map((at, i) => at - attempts[i]!);
     expect(gaps.every((gap, i) => gap >= [5, 10, 20, 40, 80, 150, 150][i]! - 1), gaps.join(", ")).toBe(true);
 
-    failing = false;
+    batches.failing = false;
     await worker.whenIdle();
     expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
     // Failing again after a success starts from one poll interval.
     const failedBefore = failureLines().length;
-    failing = true;
+    batches.failing = true;
     enqueue(store, automationId, 2);
     worker.notify();
     while (failureLines().length === failedBefore) await sleep(5);
     expect(failureLines().at(-1)).toEqual([1, 5]);
     await worker.stop();
-    spy.mockRestore();
+    batches.restore();
   });
 
   it("ends a long pause after failures a poll interval after a hand-off, which says a write committed (after a lock ended, new executions waited out the rest of a 30 s pause)", async () => {
     const { store, automationId } = storeWithAutomation([logStep("a")]);
-    const busy = new Database.SqliteError("database is locked", "SQLITE_BUSY");
-    const attempts: number[] = [];
-    let failing = true;
-    const runBatch = ExecutionRunner.prototype.runBatch;
-    const spy = vi.spyOn(ExecutionRunner.prototype, "runBatch").mockImplementation(function (this: ExecutionRunner, ...args) {
-      attempts.push(performance.now());
-      if (failing) throw busy;
-      return runBatch.apply(this, args);
-    });
+    const batches = lockedBatches();
+    const { attempts } = batches;
     // Pauses of 20, 40, ... 600 ms (30 intervals): after seven failures, 600 ms.
     const worker = new ExecutionWorker({ store, clock: new ManualClock(), log, programs: new ProgramCache(), gatherMs: 0, pollIntervalMs: 20 });
     enqueue(store, automationId, 1);
     worker.start();
     while (attempts.length < 7) await sleep(5);
-    failing = false;
+    batches.failing = false;
     const committedAt = performance.now();
     const id = enqueue(store, automationId, 2);
     worker.notify();
@@ -434,7 +440,7 @@ describe("ExecutionWorker when the store fails", () => {
     expect(store.executions.get(id)?.state).toBe("SUCCEEDED");
     expect(performance.now() - committedAt).toBeLessThan(400); // a poll interval (20 ms), not the rest of 600
     await worker.stop();
-    spy.mockRestore();
+    batches.restore();
   });
 
   it("takes no write lock while there is nothing to run: another process's lock costs an idle worker nothing (it waited out the busy timeout at every poll, an error line each)", async () => {
