@@ -48,7 +48,11 @@ export function scanJsonText(text: string, limit: number): JsonTextShape {
   return { deeperThanLimit: false, members };
 }
 
-/** How many members the objects of a parsed JSON value hold, at every depth. */
+/**
+ * How many members the objects of a parsed JSON value hold, at every depth. Recursive: for a
+ * value whose text scanJsonText found within a depth limit (a deeper one, which JSON.parse takes
+ * to 200,000 levels, runs out of stack: a RangeError).
+ */
 export function membersIn(value: unknown): number {
   if (value === null || typeof value !== "object") return 0;
   let members = 0;

@@ -211,11 +211,17 @@ export class RestTranscoder {
       throw new RestRequestError("request body must be a JSON object");
     }
     // Only a body with a name given twice is decoded to name it: the check decoded every body
-    // whole, as the handler does again (an Execute with a 64 KB context: 2.5-10 ms more).
-    if (scanJsonText(text, Infinity).members !== membersIn(parsed)) refuseDuplicateKeys(route.rpc.input, text);
+    // whole, as the handler does again (an Execute with a 64 KB context: 2.5-10 ms more). One
+    // nested deeper than protobuf decoders go is the handler's to refuse (membersIn would run out
+    // of stack: a 500).
+    const shape = scanJsonText(text, maxDecodedDepth);
+    if (!shape.deeperThanLimit && shape.members !== membersIn(parsed)) refuseDuplicateKeys(route.rpc.input, text);
     return parsed as JsonObject;
   }
 }
+
+/** Deeper than any message decodes (protobuf-es stops at 100 nested messages). */
+const maxDecodedDepth = 200;
 
 class RestRequestError extends Error {
   constructor(

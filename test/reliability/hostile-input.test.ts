@@ -414,6 +414,11 @@ describe("hostile input", () => {
     }
   });
 
+  it("answers 400 to a REST body nested 200,000 levels deep, which JSON.parse takes (the duplicate-key count recursed: 500 and an error line, RangeError)", async () => {
+    const deep = `{"displayName":"x","a":${"[".repeat(200_000)}${"]".repeat(200_000)}}`;
+    expect((await server.call("POST", "/api/v1/apps", deep)).status).toBe(400);
+  });
+
   it(`accepts a webhook body nested ${maxJsonDepth} levels deep, refuses ${maxJsonDepth + 1} with 400, and a protobuf gRPC client reads the execution (at 64 levels it could not)`, async () => {
     const accepted = '{"a":'.repeat(maxJsonDepth - 1) + "[1]" + "}".repeat(maxJsonDepth - 1);
     const refused = "[".repeat(maxJsonDepth + 1) + "]".repeat(maxJsonDepth + 1);
