@@ -72,19 +72,21 @@ export class TakeTurns {
 }
 
 /**
- * Says in the log when the one thread was held past `thresholdMs` (a paused VM or SIGSTOP, a write
- * waiting out another process's lock, a long synchronous task): a timer checks every
- * `thresholdMs / 2` how late it fired. Every request waited meanwhile; before, only
- * `nodejs_eventloop_lag_max_seconds` showed such a pause, and no line said when. Returns the stop.
+ * Says in the log when the one thread was held `thresholdMs` or more (a paused VM or SIGSTOP, a
+ * write waiting out another process's lock, a long task): a timer every `tickMs` sees how late
+ * it fires, which is the hold less at most one tick (`heldMs`, at least that). Every request
+ * waited meanwhile; before, only `nodejs_eventloop_lag_max_seconds` showed such a pause, and no
+ * line said when. Returns the stop.
  */
-export function watchHeldThread(log: { warn(fields: object, message: string): void }, thresholdMs = 1_000): () => void {
-  const everyMs = thresholdMs / 2;
-  let expected = performance.now() + everyMs;
+export function watchHeldThread(log: { warn(fields: object, message: string): void }, thresholdMs = 1_000, tickMs = 100): () => void {
+  let expected = performance.now() + tickMs;
   const timer = setInterval(() => {
     const now = performance.now();
     const lateMs = now - expected;
-    expected = now + everyMs;
-    if (lateMs > thresholdMs) log.warn({ heldMs: Math.round(lateMs) }, "the thread was held: every request waited (a paused process or VM, a write waiting on another process's lock, or a long task)");
-  }, everyMs).unref();
+    expected = now + tickMs;
+    if (lateMs >= thresholdMs - tickMs) {
+      log.warn({ heldMs: Math.round(lateMs) }, "the thread was held: every request waited (a paused process or VM, a write waiting on another process's lock, or a long task)");
+    }
+  }, tickMs).unref();
   return () => clearInterval(timer);
 }
