@@ -3,7 +3,10 @@ import { request as httpRequest, Agent } from "node:http";
 import { connect as http2Connect } from "node:http2";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
+import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
 import { beforeAll, describe, expect, it } from "vitest";
+import { Apps } from "../gen/svc/api/app/v1/app_pb.js";
 import { scratch } from "./support/scratch.js";
 import { until } from "./support/served-process.js";
 import { builtCli, repoRoot, listeningPort, spawnCli, type CliProcess } from "./support/spawn-cli.js";
@@ -37,6 +40,14 @@ async function authHeaders(url: string): Promise<Record<string, string>> {
 }
 
 /** A raw HTTP/1.1 connection: what it received (errors as `<message>`), and all of it once closed. */
+/** Sets `headers` on every call (the bearer token). */
+function withHeaders(headers: Record<string, string>): Interceptor {
+  return (next) => (req) => {
+    for (const [name, value] of Object.entries(headers)) req.header.set(name, value);
+    return next(req);
+  };
+}
+
 function rawConnection(url: string) {
   const socket = connect({ host: "127.0.0.1", port: Number(new URL(url).port) });
   let received = "";
@@ -220,6 +231,38 @@ describe("npm start (accessd serve)", () => {
     expect(answer).toMatch(/^HTTP\/1\.1 200 /);
     expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
     expect(await cli.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("answers, with Connection: close, the first request on a connection accepted just before SIGTERM with nothing in flight (the drain destroyed it unread: a reset)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const connection = rawConnection(url); // a client that connects for each request
+    await new Promise((resolve) => connection.socket.once("connect", resolve));
+    await new Promise((resolve) => setTimeout(resolve, 100)); // accepted, nothing sent yet
+    cli.child.kill("SIGTERM");
+    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+    connection.socket.write("GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n");
+    const answer = await connection.closed;
+    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("serves the Connect calls an HTTP/2 client sends just after SIGTERM, or tells it to go elsewhere, never CANCELED or INTERNAL for a call not run (they all were: no GOAWAY, then a final one refusing streams on their way)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const transport = createConnectTransport({ baseUrl: url, httpVersion: "2", interceptors: [withHeaders(await authHeaders(url))] });
+    const apps = createClient(Apps, transport);
+    await apps.list({}); // the session is open and used
+    cli.child.kill("SIGTERM");
+    const outcomes = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        apps.create({ displayName: `sent at the stop ${i}` }).then(
+          () => "ok",
+          (e: unknown) => Code[ConnectError.from(e).code],
+        ),
+      ),
+    );
+    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    expect(outcomes.filter((outcome) => outcome !== "ok" && outcome !== "Unavailable"), outcomes.join(", ")).toEqual([]);
   });
 
   it("answers a request in flight at SIGTERM with Connection: close (it said keep-alive, and the client's next request was reset)", async () => {

@@ -29,6 +29,8 @@ export class ConnectionTracker {
   private readonly sessions = new Set<Http2Session>();
   private inFlight = 0;
   private draining = false;
+  /** The drain's grace has passed: sessions are closed from now on (see drain). */
+  private graceOver = false;
   private cutting = false;
   private drained: (() => void) | undefined;
 
@@ -57,7 +59,7 @@ export class ConnectionTracker {
     if (session === undefined || this.sessions.has(session)) return;
     this.sessions.add(session);
     session.once("close", () => this.sessions.delete(session));
-    if (this.draining) session.close();
+    if (this.graceOver) session.close();
   }
 
   /** HTTP/1.1 and not yet identified connections open now (for tests and diagnostics). */
@@ -108,9 +110,21 @@ export class ConnectionTracker {
 
   /**
    * Stops new work on open connections and resolves when in-flight requests are done or the
-   * deadline passes. Idle HTTP/1.1 connections stay open for idleKeepAliveGraceMs first; every
-   * request answered from now on carries `Connection: close`, and its connection ends after it.
-   * Resolves to the number of requests still in flight at the deadline, which are cut.
+   * deadline passes. Every connection open at the start is served for idleKeepAliveGraceMs
+   * first: an idle HTTP/1.1 one, one accepted whose first request is still on its way (a client
+   * that connects for each request), an HTTP/2 session. Every HTTP/1.1 answer from now on
+   * carries `Connection: close`, and its connection ends after it; after the grace, HTTP/2
+   * sessions get GOAWAY, naming their last stream, and end once their streams have. Resolves to
+   * the number of requests still in flight at the deadline, which are cut.
+   *
+   * Before, with nothing in flight at the signal, every connection was destroyed within
+   * milliseconds: HTTP/2 clients got no GOAWAY and their calls sent meanwhile were reset
+   * (connect-node: CANCELED), and a request on a connection just accepted was reset unread
+   * (curl and one-shot senders, 9 of 10 restarts); and the GOAWAY sent at the signal refused
+   * every stream still on its way (REFUSED_STREAM, which connect-node reads as INTERNAL and does
+   * not retry: 60 of 60 calls). A first GOAWAY naming the highest stream id (RFC 9113 6.8) would
+   * tell HTTP/2 clients sooner, but nghttp2 stops reading a session with no stream open once it
+   * has sent any GOAWAY: the calls sent after it were never read.
    */
   async drain(deadlineMs: number): Promise<number> {
     const started = performance.now();
@@ -121,12 +135,13 @@ export class ConnectionTracker {
       const res = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage; // Node's response in progress on it
       if (res !== undefined && res !== null && !res.headersSent) res.setHeader("connection", "close");
     }
+    if (this.sessions.size > 0 || [...this.sockets.values()].some((active) => active === 0)) {
+      await new Promise((resolve) => setTimeout(resolve, Math.min(idleKeepAliveGraceMs, deadlineMs)));
+    }
+    this.graceOver = true;
     // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead
     // (which names the last stream served, so a client knows what to send again elsewhere).
     for (const session of this.sessions) session.close();
-    if (this.idleHttp1Sockets().length > 0) {
-      await new Promise((resolve) => setTimeout(resolve, Math.min(idleKeepAliveGraceMs, deadlineMs)));
-    }
     for (const socket of this.idleHttp1Sockets()) socket.end();
     if (this.inFlight > 0) {
       await new Promise<void>((resolve) => {

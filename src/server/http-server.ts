@@ -185,6 +185,10 @@ export class HttpServer {
 
   /** Stop accepting, let in-flight requests finish (up to `deadlineMs`), close every connection. */
   async close(deadlineMs = 10_000): Promise<void> {
+    // The connections the listen backlog holds are taken in first (a turn of the loop accepts
+    // them): closing the listener resets every one still queued, and a client that connects for
+    // each request saw ECONNRESET on requests sent a few milliseconds before the signal, unrun.
+    await new Promise((resolve) => setImmediate(resolve));
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     const cut = await this.connections.drain(deadlineMs);
     if (cut > 0) {
