@@ -265,6 +265,31 @@ describe("npm start (accessd serve)", () => {
     expect(outcomes.filter((outcome) => outcome !== "ok" && outcome !== "Unavailable"), outcomes.join(", ")).toEqual([]);
   });
 
+  it("ends an open reflection stream at SIGTERM, as a Health Watch, instead of waiting the drain's 10 s for it (one grpcui window held every deploy)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const session = http2Connect(url);
+    session.on("error", () => {});
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" });
+      stream.on("error", () => {});
+      let status: string | undefined;
+      let answered = 0;
+      stream.on("data", () => answered++);
+      stream.on("trailers", (trailers) => (status = String(trailers["grpc-status"])));
+      stream.write(Buffer.from([0, 0, 0, 0, 3, 0x3a, 0x01, 0x2a])); // list_services: "*", and the stream stays open
+      await until("the list of services came back", () => answered > 0);
+      const stopping = Date.now();
+      cli.child.kill("SIGTERM");
+      expect(await cli.exited).toEqual({ code: 0, signal: null });
+      expect(Date.now() - stopping).toBeLessThan(4_000);
+      expect(status).toBe("0");
+      expect(cli.stdout()).not.toContain("requests still in flight at the deadline were cut");
+      expect(cli.stdout()).not.toContain('"level":50');
+    } finally {
+      session.destroy();
+    }
+  });
+
   it("answers a request in flight at SIGTERM with Connection: close (it said keep-alive, and the client's next request was reset)", async () => {
     const { cli, url } = await serve(tempDir());
     const connection = rawConnection(url);

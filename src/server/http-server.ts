@@ -176,6 +176,9 @@ export class HttpServer {
     return this.connections.shuttingDown;
   }
 
+  /** Set as close() begins, before its first await (the drain begins a turn later). */
+  private stopping = false;
+
   async listen(port: number, host: string): Promise<AddressInfo> {
     this.server.listen({ port, host, backlog: listenBacklog });
     await once(this.server, "listening");
@@ -185,6 +188,7 @@ export class HttpServer {
 
   /** Stop accepting, let in-flight requests finish (up to `deadlineMs`), close every connection. */
   async close(deadlineMs = 10_000): Promise<void> {
+    this.stopping = true;
     // The connections the listen backlog holds are taken in first (a turn of the loop accepts
     // them): closing the listener resets every one still queued, and a client that connects for
     // each request saw ECONNRESET on requests sent a few milliseconds before the signal, unrun.
@@ -247,7 +251,7 @@ export class HttpServer {
       peerAddress: peerAddressOf(req),
       receivedAt: performance.now(),
     };
-    enforceDeadlines(req, res, this.options.requestTimeoutMs, facts);
+    enforceDeadlines(req, res, this.options.requestTimeoutMs, facts, () => this.stopping);
     this.route(req, res, path, facts).catch((e: unknown) => {
       try {
         this.answerFailedRequest(req, res, path, facts, e);

@@ -17,9 +17,9 @@ import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
  *   bodies are timed here, for both.
  * - the client must take its answer: see cutStalledHttp1Answer.
  */
-export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: RequestFacts): void {
+export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs: number, facts: RequestFacts, stopping: () => boolean = () => false): void {
   if (res instanceof Http2ServerResponse) {
-    enforceHttp2Deadlines(req, res, timeoutMs, facts);
+    enforceHttp2Deadlines(req, res, timeoutMs, facts, stopping);
     return;
   }
   let closed = false;
@@ -133,7 +133,7 @@ function cutIncompleteRequest(req: NodeRequest, res: NodeResponse, timeoutMs: nu
  * and stays. (Node's own stream timeout is not used: it is put off while anything else is sent
  * on the session, so a client could keep it from firing with PINGs.)
  */
-function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number, facts: RequestFacts): void {
+function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeoutMs: number, facts: RequestFacts, stopping: () => boolean): void {
   const { stream } = res;
   let waitingAtLastCheck = false;
   const timer = setTimeout(() => afterPendingReads(check), timeoutMs).unref();
@@ -166,7 +166,10 @@ function enforceHttp2Deadlines(req: NodeRequest, res: Http2ServerResponse, timeo
   // is too large) has its stream reset once the answer is out, as a 408's.
   stream.once("finish", () => {
     if (stream.closed || stream.destroyed || stream.state.remoteClose === 1) return;
-    if (req.destroyed) cutOnceAnswered(res);
+    // While the server stops, a stream answered whose client still holds its side open (a
+    // reflection stream ended at shutdown: it is bidirectional) is reset once the answer is out,
+    // rather than waited for: it held the drain its 10 s.
+    if (req.destroyed || stopping()) cutOnceAnswered(res);
     else discardRestOfBody(req, timeoutMs, () => stream.close(http2Constants.NGHTTP2_CANCEL));
   });
 }

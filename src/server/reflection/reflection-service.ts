@@ -30,7 +30,23 @@ export const defaultMaxReflectionStreams = 1_000;
 /** The reflection streams open now, shared by v1 and v1alpha, and their cap. */
 export class ReflectionStreams {
   private open = 0;
-  constructor(readonly max = defaultMaxReflectionStreams) {}
+  constructor(
+    readonly max = defaultMaxReflectionStreams,
+    /**
+     * Aborted when shutdown begins: open streams end (their clients connect again, to the next
+     * server) instead of holding the graceful drain for its 10 s (one grpcui or IDE window left
+     * open made every deploy 11 s of downtime and a warn line).
+     */
+    private readonly shutdown: AbortSignal = new AbortController().signal,
+  ) {
+    // One listener for every stream (a listener each would pass Node's warning at 11).
+    shutdown.addEventListener("abort", () => {
+      for (const stop of this.stoppers) stop();
+    });
+  }
+
+  /** The open streams' wake-ups at shutdown. */
+  private readonly stoppers = new Set<() => void>();
 
   /**
    * Runs one stream: one answer per request, each request's arrival noted on the request's facts
@@ -41,13 +57,23 @@ export class ReflectionStreams {
       throw new ConnectError(`${this.max} reflection streams are open already; close one, or try again later`, Code.ResourceExhausted);
     }
     this.open++;
+    let stop = (): void => {};
+    const stopping = new Promise<"shutdown">((resolve) => (stop = () => resolve("shutdown")));
+    if (this.shutdown.aborted) stop();
+    this.stoppers.add(stop);
+    const iterator = requests[Symbol.asyncIterator]();
     try {
       const facts = context.values.get(requestFactsKey);
-      for await (const request of requests) {
+      for (;;) {
+        const next = await Promise.race([iterator.next(), stopping]);
+        // Ended as a Health Watch is at shutdown: cleanly (UNAVAILABLE read as a failing store, an
+        // error line with a stack for each).
+        if (next === "shutdown" || next.done === true) return;
         noteRequestFacts(facts, { streamedMessageAt: performance.now() });
-        yield reply(request);
+        yield reply(next.value);
       }
     } finally {
+      this.stoppers.delete(stop);
       this.open--;
     }
   }
