@@ -206,6 +206,7 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
   });
   const automations = { worker, programs, webhookHooks: webhooks.hooks, baseUrl: config.baseUrl };
   const shutdown = new AbortController(); // health answers NOT_SERVING from the first moment of close()
+  const streamsEnd = new AbortController(); // reflection streams end once the stop's grace is over
 
   checkDataKey(store, dataKey, () => webhooks.secrets.keyOpensStoredSecrets());
   const retiredKeys = AccessTokens.deleteRetiredKeys(store, clock);
@@ -265,9 +266,10 @@ async function startOnStore(config: Config, log: Logger, store: Store, options: 
     maxBodyBytes: config.apiMaxBodyBytes,
     log,
     routes: (router) =>
-      registerPublicServices(router, { apiServices, shutdown: shutdown.signal, ready: () => store.ping() }),
+      registerPublicServices(router, { apiServices, shutdown: shutdown.signal, streamsEnd: streamsEnd.signal, ready: () => store.ping() }),
   });
   const server = new HttpServer({
+    onShutdownGraceOver: () => streamsEnd.abort(),
     connect,
     rest,
     rawRoutes: [

@@ -265,7 +265,44 @@ describe("npm start (accessd serve)", () => {
     expect(outcomes.filter((outcome) => outcome !== "ok" && outcome !== "Unavailable"), outcomes.join(", ")).toEqual([]);
   });
 
-  it("ends an open reflection stream at SIGTERM, as a Health Watch, instead of waiting the drain's 10 s for it (one grpcui window held every deploy)", async () => {
+  it("sends an idle HTTP/2 session GOAWAY at the end of the stop's grace before its connection ends (the socket went first: calls sent then were reset, ECONNRESET or CANCEL)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const session = http2Connect(url);
+    session.on("error", () => {});
+    try {
+      await new Promise<void>((resolve) => session.request({ ":path": "/healthz" }).on("close", () => resolve()).resume());
+      const goaway = new Promise<number>((resolve) => session.once("goaway", (code: number) => resolve(code)));
+      const closed = new Promise<string>((resolve) => session.once("close", () => resolve("closed")));
+      cli.child.kill("SIGTERM");
+      expect(await Promise.race([goaway.then((code) => `goaway ${code}`), closed])).toBe("goaway 0");
+      expect(await cli.exited).toEqual({ code: 0, signal: null });
+    } finally {
+      session.destroy();
+    }
+  });
+
+  it("answers a reflection request sent during the stop's grace (the stream ended at once, unanswered, status OK)", async () => {
+    const { cli, url } = await serve(tempDir());
+    const session = http2Connect(url);
+    session.on("error", () => {});
+    try {
+      await new Promise<void>((resolve) => session.request({ ":path": "/healthz" }).on("close", () => resolve()).resume());
+      cli.child.kill("SIGTERM");
+      await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+      const stream = session.request({ ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" });
+      stream.on("error", () => {});
+      let answered = 0;
+      stream.on("data", () => answered++);
+      stream.end(Buffer.from([0, 0, 0, 0, 3, 0x3a, 0x01, 0x2a])); // list_services: "*"
+      await new Promise((resolve) => stream.on("close", resolve));
+      expect(answered).toBeGreaterThan(0);
+      expect(await cli.exited).toEqual({ code: 0, signal: null });
+    } finally {
+      session.destroy();
+    }
+  });
+
+  it("ends an open reflection stream at the end of the stop's grace instead of waiting the drain's 10 s for it (one grpcui window held every deploy)", async () => {
     const { cli, url } = await serve(tempDir());
     const session = http2Connect(url);
     session.on("error", () => {});

@@ -126,7 +126,7 @@ export class ConnectionTracker {
    * tell HTTP/2 clients sooner, but nghttp2 stops reading a session with no stream open once it
    * has sent any GOAWAY: the calls sent after it were never read.
    */
-  async drain(deadlineMs: number): Promise<number> {
+  async drain(deadlineMs: number, graceOver: () => void = () => {}): Promise<number> {
     const started = performance.now();
     this.draining = true;
     // The answer each HTTP/1.1 connection is writing says the connection ends with it: one that
@@ -139,9 +139,10 @@ export class ConnectionTracker {
       await new Promise((resolve) => setTimeout(resolve, Math.min(idleKeepAliveGraceMs, deadlineMs)));
     }
     this.graceOver = true;
+    graceOver();
     // Ending an HTTP/2 socket would cut its in-flight streams: those sessions get GOAWAY instead
     // (which names the last stream served, so a client knows what to send again elsewhere).
-    for (const session of this.sessions) session.close();
+    const sessionsClosed = [...this.sessions].map((session) => new Promise((resolve) => session.close(() => resolve(undefined))));
     for (const socket of this.idleHttp1Sockets()) socket.end();
     if (this.inFlight > 0) {
       await new Promise<void>((resolve) => {
@@ -153,6 +154,9 @@ export class ConnectionTracker {
         };
       });
     }
+    // Sessions with nothing left close once their GOAWAY is written: destroyed in the same turn,
+    // an idle session's socket went before its GOAWAY (calls sent meanwhile: ECONNRESET, CANCEL).
+    await Promise.race([Promise.all(sessionsClosed), new Promise((resolve) => setTimeout(resolve, Math.max(0, Math.min(1_000, deadlineMs - (performance.now() - started)))).unref())]);
     const cut = this.inFlight;
     this.cutting = true;
     for (const socket of this.sockets.keys()) socket.destroy();

@@ -60,6 +60,8 @@ export interface HttpServerOptions {
   onUnobservedAnswer?: (answer: UnobservedAnswer) => void;
   /** A route that threw (answered 500 or 503): the store's noteDamage. */
   onRouteFailed?: (error: unknown) => void;
+  /** At a stop, once the connections open at the signal have had their grace: long streams end then. */
+  onShutdownGraceOver?: () => void;
 }
 
 /** An API request answered before the interceptors saw it: what the metrics and the log need. */
@@ -194,7 +196,7 @@ export class HttpServer {
     // each request saw ECONNRESET on requests sent a few milliseconds before the signal, unrun.
     await new Promise((resolve) => setImmediate(resolve));
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    const cut = await this.connections.drain(deadlineMs);
+    const cut = await this.connections.drain(deadlineMs, () => this.options.onShutdownGraceOver?.());
     if (cut > 0) {
       this.options.log.warn({ requests: cut, deadlineMs }, "shutdown: requests still in flight at the deadline were cut");
     }

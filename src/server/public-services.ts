@@ -12,6 +12,8 @@ export interface PublicServicesOptions {
   apiServices: readonly DescService[];
   /** Aborted when shutdown begins. */
   shutdown: AbortSignal;
+  /** Aborted when the stop's grace for open connections is over: reflection streams end then. */
+  streamsEnd: AbortSignal;
   /** Whether the store answers. */
   ready: () => boolean;
 }
@@ -22,7 +24,7 @@ export function registerPublicServices(router: ConnectRouter, options: PublicSer
   const all = [...new Map([...options.apiServices, ...publicServices].map((s) => [s.typeName, s])).values()];
   const index = new DescriptorIndex(all);
   router.service(Health, healthService({ shutdown: options.shutdown, ready: options.ready, services: index.serviceNames }));
-  const reflectionStreams = new ReflectionStreams(undefined, options.shutdown); // one cap for both versions
+  const reflectionStreams = new ReflectionStreams(undefined, options.streamsEnd); // one cap for both versions
   router.service(ServerReflectionV1, serverReflectionV1(index, reflectionStreams));
   router.service(ServerReflectionV1Alpha, serverReflectionV1Alpha(index, reflectionStreams));
 }

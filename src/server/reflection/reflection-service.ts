@@ -33,9 +33,10 @@ export class ReflectionStreams {
   constructor(
     readonly max = defaultMaxReflectionStreams,
     /**
-     * Aborted when shutdown begins: open streams end (their clients connect again, to the next
-     * server) instead of holding the graceful drain for its 10 s (one grpcui or IDE window left
-     * open made every deploy 11 s of downtime and a warn line).
+     * Aborted when a stop's grace for open connections is over (until then they are served, as
+     * every request is): open streams end (their clients connect again, to the next server)
+     * instead of holding the graceful drain for its 10 s (one grpcui or IDE window left open made
+     * every deploy 11 s of downtime and a warn line).
      */
     private readonly shutdown: AbortSignal = new AbortController().signal,
   ) {
