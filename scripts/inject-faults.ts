@@ -107,7 +107,7 @@ const faults: Fault[] = [
     edits: [
       {
         file: "src/server/http-server.ts",
-        find: "    enforceDeadlines(req, res, this.options.requestTimeoutMs, facts);",
+        find: "    enforceDeadlines(req, res, this.options.requestTimeoutMs, facts, () => this.stopping);",
         replace: "    void enforceDeadlines; void RequestTimeoutError;",
       },
     ],
