@@ -28,6 +28,10 @@ describe("an RPC's outcome code", () => {
     const aborted = new AbortController();
     aborted.abort(new ConnectError("gone", Code.Canceled));
     expect(outcomeCodeName(new Error("a bug"), aborted.signal)).toBe("canceled");
+    // A client that reset its stream with another code (connect-node does, INTERNAL_ERROR, when its own deadline passes): canceled, not internal.
+    const reset = new AbortController();
+    reset.abort(new ConnectError("http/2 stream closed with error code INTERNAL_ERROR (0x2)", Code.Internal));
+    expect(outcomeCodeName(new ConnectError("the operation timed out", Code.DeadlineExceeded), reset.signal)).toBe("canceled");
     // A deadline that passed: the client is answered the error the call ended with (it was counted deadline_exceeded).
     const late = new AbortController();
     late.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
