@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { request as httpRequest, Agent } from "node:http";
-import { connect as http2Connect } from "node:http2";
+import { connect as http2Connect, type ClientHttp2Session } from "node:http2";
 import { connect, createServer } from "node:net";
 import { join } from "node:path";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
@@ -40,6 +40,29 @@ async function authHeaders(url: string): Promise<Record<string, string>> {
 }
 
 /** A raw HTTP/1.1 connection: what it received (errors as `<message>`), and all of it once closed. */
+/**
+ * Sends SIGTERM, then, once the server says it is shutting down, `request` on `connection`: it
+ * must be answered 200 with Connection: close, and the server exit 0.
+ */
+async function expectClosingAnswerAfterSigterm(cli: CliProcess, connection: ReturnType<typeof rawConnection>, request: string): Promise<void> {
+  cli.child.kill("SIGTERM");
+  await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
+  connection.socket.write(request);
+  const answer = await connection.closed;
+  expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+  expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
+  expect(await cli.exited).toEqual({ code: 0, signal: null });
+}
+
+/** A server, and an HTTP/2 session to it that has served one request (so the server tracks it). */
+async function serveWithUsedHttp2Session(): Promise<{ cli: CliProcess; session: ClientHttp2Session }> {
+  const { cli, url } = await serve(tempDir());
+  const session = http2Connect(url);
+  session.on("error", () => {});
+  await new Promise<void>((resolve) => session.request({ ":path": "/healthz" }).on("close", () => resolve()).resume());
+  return { cli, session };
+}
+
 /** Sets `headers` on every call (the bearer token). */
 function withHeaders(headers: Record<string, string>): Interceptor {
   return (next) => (req) => {
@@ -224,13 +247,7 @@ describe("npm start (accessd serve)", () => {
     await until("the first answer arrived", () => connection.received().includes('{"status":"ok"}'));
     connection.forget();
 
-    cli.child.kill("SIGTERM");
-    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
-    connection.socket.write(healthz);
-    const answer = await connection.closed;
-    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
-    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
-    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    await expectClosingAnswerAfterSigterm(cli, connection, healthz);
   });
 
   it("answers, with Connection: close, the first request on a connection accepted just before SIGTERM with nothing in flight (the drain destroyed it unread: a reset)", async () => {
@@ -238,13 +255,7 @@ describe("npm start (accessd serve)", () => {
     const connection = rawConnection(url); // a client that connects for each request
     await new Promise((resolve) => connection.socket.once("connect", resolve));
     await new Promise((resolve) => setTimeout(resolve, 100)); // accepted, nothing sent yet
-    cli.child.kill("SIGTERM");
-    await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
-    connection.socket.write("GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n");
-    const answer = await connection.closed;
-    expect(answer).toMatch(/^HTTP\/1\.1 200 /);
-    expect(answer.toLowerCase()).toContain("\r\nconnection: close\r\n");
-    expect(await cli.exited).toEqual({ code: 0, signal: null });
+    await expectClosingAnswerAfterSigterm(cli, connection, "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n");
   });
 
   it("serves the Connect calls an HTTP/2 client sends just after SIGTERM, or tells it to go elsewhere, never CANCELED or INTERNAL for a call not run (they all were: no GOAWAY, then a final one refusing streams on their way)", async () => {
@@ -266,11 +277,8 @@ describe("npm start (accessd serve)", () => {
   });
 
   it("sends an idle HTTP/2 session GOAWAY at the end of the stop's grace before its connection ends (the socket went first: calls sent then were reset, ECONNRESET or CANCEL)", async () => {
-    const { cli, url } = await serve(tempDir());
-    const session = http2Connect(url);
-    session.on("error", () => {});
+    const { cli, session } = await serveWithUsedHttp2Session();
     try {
-      await new Promise<void>((resolve) => session.request({ ":path": "/healthz" }).on("close", () => resolve()).resume());
       const goaway = new Promise<number>((resolve) => session.once("goaway", (code: number) => resolve(code)));
       const closed = new Promise<string>((resolve) => session.once("close", () => resolve("closed")));
       cli.child.kill("SIGTERM");
@@ -282,11 +290,8 @@ describe("npm start (accessd serve)", () => {
   });
 
   it("answers a reflection request sent during the stop's grace (the stream ended at once, unanswered, status OK)", async () => {
-    const { cli, url } = await serve(tempDir());
-    const session = http2Connect(url);
-    session.on("error", () => {});
+    const { cli, session } = await serveWithUsedHttp2Session();
     try {
-      await new Promise<void>((resolve) => session.request({ ":path": "/healthz" }).on("close", () => resolve()).resume());
       cli.child.kill("SIGTERM");
       await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));
       const stream = session.request({ ":method": "POST", ":path": "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "content-type": "application/grpc", te: "trailers" });
