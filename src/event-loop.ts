@@ -10,6 +10,16 @@ export function yieldToRequests(): Promise<void> {
 }
 
 /**
+ * Runs `judge` once the event loop has read the I/O waiting now. A timer's callback runs before
+ * the sockets are read in its turn, so after the thread was held past a timeout (a write waiting
+ * on another process's lock, a paused VM) what the clients sent meanwhile lies unread: a timeout
+ * that ends or cuts something (an idle connection, a late body) decides here, not in the timer.
+ */
+export function afterPendingReads(judge: () => void): void {
+  setImmediate(judge);
+}
+
+/**
  * Holds background work done in pieces (housekeeping's deletes) to a share of the one JavaScript
  * thread while it runs, whatever the load: each piece is timed, and the time it took, scaled by
  * (1 - share) / share, is owed back as sleep. Small debts are only a turn of the event loop

@@ -18,6 +18,10 @@ import { createApp, createEntitlement, createUser, listOwnerIds } from "./suppor
 import { startTestServer, type TestServer } from "./support/test-server.js";
 
 const run = promisify(execFile);
+
+/** A Health client of a health service in process whose readiness is `ready` (no shutdown). */
+const healthClientReading = (ready: () => boolean) =>
+  createClient(Health, createRouterTransport((router) => router.service(Health, healthService({ shutdown: new AbortController().signal, ready, services: [] }))));
 const buf = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
 
 /** The real `buf curl`, over gRPC with h2c prior knowledge, as a user would run it. */
@@ -309,10 +313,7 @@ describe("gRPC health", () => {
 
   it("streams NOT_SERVING to a Watch when the readiness changes (the store found damaged), and SERVING again once it is back (a watch said nothing of either)", async () => {
     let ready = true;
-    const client = createClient(
-      Health,
-      createRouterTransport((router) => router.service(Health, healthService({ shutdown: new AbortController().signal, ready: () => ready, services: [] }))),
-    );
+    const client = healthClientReading(() => ready);
     const abort = new AbortController();
     const seen: Status[] = [];
     const started = performance.now();
@@ -332,10 +333,7 @@ describe("gRPC health", () => {
 
   it("sends a change to every open Watch, also when another Watch opens right after it (that one's opening hid it from the others)", async () => {
     let ready = true;
-    const client = createClient(
-      Health,
-      createRouterTransport((router) => router.service(Health, healthService({ shutdown: new AbortController().signal, ready: () => ready, services: [] }))),
-    );
+    const client = healthClientReading(() => ready);
     const abort = new AbortController();
     const first: Status[] = [];
     const watching = (async () => {

@@ -40,6 +40,17 @@ async function authHeaders(url: string): Promise<Record<string, string>> {
 }
 
 /** A raw HTTP/1.1 connection: what it received (errors as `<message>`), and all of it once closed. */
+const healthz = "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n";
+
+/** A server, and a raw HTTP/1.1 keep-alive connection to it that has been answered one /healthz. */
+async function serveWithAnsweredConnection(): Promise<{ cli: CliProcess; connection: ReturnType<typeof rawConnection> }> {
+  const { cli, url } = await serve(tempDir());
+  const connection = rawConnection(url);
+  connection.socket.write(healthz);
+  await until("the first answer arrived", () => connection.received().includes('{"status":"ok"}'));
+  return { cli, connection };
+}
+
 /**
  * Sends SIGTERM, then, once the server says it is shutting down, `request` on `connection`: it
  * must be answered 200 with Connection: close, and the server exit 0.
@@ -240,11 +251,7 @@ describe("npm start (accessd serve)", () => {
   it("answers, with Connection: close, a request that arrives on an idle keep-alive connection just after SIGTERM", async () => {
     // A client cannot know the server is stopping: a request it sends on a connection it holds
     // must be answered (or never read), not reset.
-    const { cli, url } = await serve(tempDir());
-    const connection = rawConnection(url);
-    const healthz = "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n";
-    connection.socket.write(healthz);
-    await until("the first answer arrived", () => connection.received().includes('{"status":"ok"}'));
+    const { cli, connection } = await serveWithAnsweredConnection();
     connection.forget();
 
     await expectClosingAnswerAfterSigterm(cli, connection, healthz);
@@ -364,11 +371,7 @@ describe("npm start (accessd serve)", () => {
   });
 
   it("stops at once, without saying requests were cut, when requests pipelined behind one answered with Connection: close go unanswered (it waited the drain's 10 s for them)", async () => {
-    const { cli, url } = await serve(tempDir());
-    const connection = rawConnection(url);
-    const healthz = "GET /healthz HTTP/1.1\r\nhost: accessd\r\n\r\n";
-    connection.socket.write(healthz);
-    await until("the first answer arrived", () => connection.received().includes('{"status":"ok"}'));
+    const { cli, connection } = await serveWithAnsweredConnection();
     const stopping = Date.now();
     cli.child.kill("SIGTERM");
     await until("the server began shutting down", () => cli.stdout().includes('"shutting down"'));

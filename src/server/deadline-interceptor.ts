@@ -1,4 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { parseTimeout as parseConnectTimeout } from "@connectrpc/connect/protocol-connect";
+import { parseTimeout as parseGrpcTimeout } from "@connectrpc/connect/protocol-grpc";
 import { requestFactsKey, type WireProtocol } from "./request-context.js";
 
 /**
@@ -27,17 +29,13 @@ export function passedDeadlineInterceptor(): Interceptor {
 }
 
 /**
- * The call's timeout as its client sent it, in ms, in its protocol's own header: gRPC's (and
- * gRPC-Web's) `grpc-timeout`, Connect's `connect-timeout-ms`; the other protocol's header, left
- * on a request by a proxy, say, is none of its business (connect-es reads only its own).
+ * The call's timeout as its client sent it, in ms, in its protocol's own header (read by
+ * connect-es's own parsers): gRPC's (and gRPC-Web's) `grpc-timeout`, Connect's
+ * `connect-timeout-ms`; the other protocol's header, left on a request by a proxy, say, is none
+ * of its business (connect-es reads only its own). A malformed one is connect-es's to refuse.
  */
 function clientTimeoutMs(protocol: WireProtocol, header: Headers): number | undefined {
-  if (protocol === "grpc" || protocol === "grpc-web") {
-    const match = /^(\d{1,8})([HMSmun])$/.exec(header.get("grpc-timeout") ?? "");
-    return match === null ? undefined : Number(match[1]) * grpcTimeoutUnitMs[match[2] as keyof typeof grpcTimeoutUnitMs];
-  }
-  const connect = protocol === "connect" ? header.get("connect-timeout-ms") : null;
-  return connect !== null && /^\d{1,10}$/.test(connect) ? Number(connect) : undefined;
+  if (protocol === "grpc" || protocol === "grpc-web") return parseGrpcTimeout(header.get("grpc-timeout"), Number.MAX_SAFE_INTEGER).timeoutMs;
+  if (protocol === "connect") return parseConnectTimeout(header.get("connect-timeout-ms"), Number.MAX_SAFE_INTEGER).timeoutMs;
+  return undefined;
 }
-
-const grpcTimeoutUnitMs = { H: 3_600_000, M: 60_000, S: 1_000, m: 1, u: 0.001, n: 0.000001 };

@@ -10,6 +10,7 @@ import type { Logger } from "../logger.js";
 import { isStoreUnavailable } from "../store/store-errors.js";
 import { answerClientError } from "./client-error.js";
 import type { ConnectHandlers } from "./connect-handlers.js";
+import { afterPendingReads, yieldToRequests } from "../event-loop.js";
 import { ConnectionTracker } from "./connection-tracker.js";
 import { refuseMethod, writeJson, writeJsonError } from "./json-error.js";
 import { everyValueOf, isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
@@ -150,7 +151,7 @@ export class HttpServer {
     // Node leaves the socket to it: closed once the loop has read what arrived, unless something did.
     innerServers(this.server).http1?.on("timeout", (socket: Socket) => {
       const bytesRead = socket.bytesRead;
-      setImmediate(() => {
+      afterPendingReads(() => {
         if (socket.bytesRead === bytesRead && this.lastExchanges.get(socket)?.res.writableFinished !== false) socket.destroy();
       });
     });
@@ -194,7 +195,7 @@ export class HttpServer {
     // The connections the listen backlog holds are taken in first (a turn of the loop accepts
     // them): closing the listener resets every one still queued, and a client that connects for
     // each request saw ECONNRESET on requests sent a few milliseconds before the signal, unrun.
-    await new Promise((resolve) => setImmediate(resolve));
+    await yieldToRequests();
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     const cut = await this.connections.drain(deadlineMs, () => this.options.onShutdownGraceOver?.());
     if (cut > 0) {
@@ -538,7 +539,7 @@ function cutIdleConnections(
       session.setTimeout(http2IdleMs, () => closeIfIdle(session));
       return;
     }
-    setImmediate(() => {
+    afterPendingReads(() => {
       if (session.closed || session.destroyed) return;
       if (idle(session, startedBefore)) session.close();
       else session.setTimeout(http2IdleMs, () => closeIfIdle(session));

@@ -1,6 +1,7 @@
 import { Http2ServerResponse, constants as http2Constants } from "node:http2";
 import type { Socket } from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { afterPendingReads } from "../event-loop.js";
 import { isHttp2Request, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { writeErrorInProtocol } from "./protocol-error.js";
 import { type RequestFacts, rpcProtocolOf } from "./request-context.js";
@@ -23,6 +24,8 @@ export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs:
     return;
   }
   let closed = false;
+  // Judged once the loop has read what arrived: after the thread was held past the deadline (a
+  // lock wait, a paused VM), a body that had all arrived lay unread, and was cut with 408 as late.
   const timer = setTimeout(() => {
     afterPendingReads(() => {
       if (!closed && !req.complete) cutIncompleteRequest(req, res, timeoutMs, facts);
@@ -34,15 +37,6 @@ export function enforceDeadlines(req: NodeRequest, res: NodeResponse, timeoutMs:
     if (res.writableFinished && !req.complete && !req.destroyed) discardRestOfBody(req, timeoutMs, () => req.destroy());
   });
   cutStalledHttp1Answer(req, res, timeoutMs);
-}
-
-/**
- * Runs `judge` once the event loop has read what arrived: a timer runs before the sockets are
- * read, so after the thread was held past a deadline (a write waiting on another process's lock,
- * a paused VM) a body that had all arrived meanwhile lay unread, and was cut with 408 as late.
- */
-function afterPendingReads(judge: () => void): void {
-  setImmediate(judge);
 }
 
 /** What a request's body reader meets once the request deadline has cut its body (HTTP/2). */
